@@ -1,0 +1,73 @@
+"""Generate tokens with a model: ``python -m host.generate --model models/zen32.json --text "..."``.
+
+Prints one ``GEN i token`` line per generated token (the reference trace format), or with
+``--text`` the prompt and its continuation, decoded by the model's tokenizer.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from int8model.format import ModelError, load
+from int8model.golden import DecodeError
+from int8model.train import Tokenizer
+
+from .backends import BACKENDS, check_request, open_backend
+
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "zen32.json"
+
+
+def parse_prompt(text):
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of token ids") from None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m host.generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="golden",
+                        help="where the decode steps run (default: %(default)s)")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL,
+                        help="the int8 model file (default: the shipped demo model)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", type=parse_prompt, help="prompt token ids, e.g. 3,1,4")
+    source.add_argument("--text", help="prompt text, encoded with the model's tokenizer")
+    parser.add_argument("--generate", type=int, metavar="N",
+                        help="tokens to generate (default: up to the end of the context)")
+    parser.add_argument("--port", help="serial port of the board (serial backend)")
+    args = parser.parse_args(argv)
+
+    try:
+        model = load(args.model)
+        if args.text is not None:
+            if model.tokenizer is None:
+                raise ModelError(f"{args.model} has no tokenizer; give --prompt token ids instead")
+            tokenizer = Tokenizer(model.tokenizer)
+            prompt = tokenizer.encode(args.text.lower())
+        else:
+            prompt = args.prompt
+        count = args.generate if args.generate is not None else model.seq_len - len(prompt) + 1
+        check_request(model, prompt, count)
+        print(model.identity_line, file=sys.stderr)
+        options = {"port": args.port} if args.port else {}
+        backend = open_backend(args.backend, model, **options)
+        try:
+            tokens = []
+            for i, tok in enumerate(backend.generate(prompt, count)):
+                tokens.append(tok)
+                if args.text is None:
+                    print(f"GEN {i} {tok}", flush=True)
+        finally:
+            backend.close()
+        if args.text is not None:
+            print(args.text.lower() + tokenizer.decode(tokens))
+    except (ModelError, DecodeError, ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The golden model: SPEC.md's decode step in NumPy ``int64``, bit for bit.
+
+Every stage is a function of its own so that a hardware unit can be held against exactly the
+stage it implements; :meth:`Golden.step` composes them and returns every intermediate.
+Before a model runs, :func:`int8model.bounds.analyse` proves that no intermediate leaves the
+signed 64-bit range, so NumPy's wrapping arithmetic never wraps here.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bounds import analyse
+
+__all__ = ["DecodeError", "rq", "c8", "to8", "fdiv", "attention", "argmax", "Trace", "Golden"]
+
+
+class DecodeError(ValueError):
+    """A request the model cannot serve: a token outside the vocab, a position past the cache."""
+
+
+def rq(x, pair):
+    """``(x · M) >> S``: the exact product, shifted arithmetically (floor toward −∞)."""
+    multiplier, shift = pair
+    return (np.asarray(x, dtype=np.int64) * np.int64(multiplier)) >> np.int64(shift)
+
+
+def c8(x):
+    """Saturate to int8."""
+    return np.clip(x, -128, 127)
+
+
+def to8(x, pair):
+    return c8(rq(x, pair))
+
+
+def fdiv(a, b):
+    """Floor division (Python's ``//``), for ``b > 0``."""
+    return np.floor_divide(a, b)
+
+
+def attention(q, keys, values, n_heads, score_pair, exp_lut):
+    """LUT-softmax attention of ``q`` (d) over cache rows ``keys``, ``values`` (rows × d).
+
+    Returns ``(scores, lut_index, weights, den, num, ctx)``, per head: ``scores``,
+    ``lut_index`` and ``weights`` are heads × rows, ``den`` is per head, ``num`` and ``ctx``
+    are heads × head_dim. ``ctx`` is the floor of the weighted mean, before ``r_ctx``.
+    """
+    rows, d = keys.shape
+    head_dim = d // n_heads
+    qh = q.reshape(n_heads, head_dim)
+    kh = keys.reshape(rows, n_heads, head_dim)
+    vh = values.reshape(rows, n_heads, head_dim)
+    scores = np.einsum("hd,jhd->hj", qh, kh)
+    peak = scores.max(axis=1, keepdims=True)
+    lut_index = np.clip(rq(peak - scores, score_pair), 0, len(exp_lut) - 1)
+    weights = exp_lut[lut_index]
+    den = weights.sum(axis=1)
+    num = np.einsum("hj,jhd->hd", weights, vh)
+    ctx = fdiv(num, den[:, None])
+    return scores, lut_index, weights, den, num, ctx
+
+
+def argmax(logits):
+    """The first maximal index: ties go to the lowest token id."""
+    return int(np.argmax(logits))
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every intermediate of one decode step (SPEC.md's names)."""
+    tok: int
+    pos: int
+    x: np.ndarray
+    xi: np.ndarray
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scores: np.ndarray
+    lut_index: np.ndarray
+    weights: np.ndarray
+    den: np.ndarray
+    num: np.ndarray
+    ctx: np.ndarray
+    ci: np.ndarray
+    s1: np.ndarray
+    hi: np.ndarray
+    hid: np.ndarray
+    fi: np.ndarray
+    s2: np.ndarray
+    oi: np.ndarray
+    logits: np.ndarray
+    next: int
+
+    #: The order in which the step makes its intermediates, for naming the first that differs.
+    STAGES = ("x", "xi", "q", "k", "v", "scores", "lut_index", "weights", "den", "num", "ctx",
+              "ci", "s1", "hi", "hid", "fi", "s2", "oi", "logits", "next")
+
+
+class Golden:
+    """The reference decoder: a model, its KV cache, and the position of the next step."""
+
+    def __init__(self, model):
+        self.model = model
+        self.bounds = analyse(model)  # refuses a model that could overflow int64
+        self.keys = np.zeros((model.seq_len, model.d_model), dtype=np.int64)
+        self.values = np.zeros((model.seq_len, model.d_model), dtype=np.int64)
+        self.pos = 0
+
+    def reset(self):
+        """Start a new sequence; no row of the previous one is ever read again."""
+        self.keys[:] = 0
+        self.values[:] = 0
+        self.pos = 0
+
+    def check_token(self, tok):
+        if not (isinstance(tok, (int, np.integer)) and 0 <= tok < self.model.vocab):
+            raise DecodeError(f"token {tok} is outside the vocab 0..{self.model.vocab - 1}")
+
+    def step(self, tok):
+        """Run one decode step for ``tok`` at the current position; return its :class:`Trace`."""
+        m = self.model
+        self.check_token(tok)
+        pos = self.pos
+        if pos >= m.seq_len:
+            raise DecodeError(f"position {pos} is past the cache: seq_len is {m.seq_len}")
+        r = m.requant
+        w = m.weights
+
+        x = m.embed[tok] + m.positions[pos]
+        xi = to8(x, r["r_qkv"])
+        q = to8(xi @ w["Wq"], r["M_q"])
+        k = to8(xi @ w["Wk"], r["M_k"])
+        v = to8(xi @ w["Wv"], r["M_v"])
+        self.keys[pos] = k
+        self.values[pos] = v
+        scores, lut_index, weights, den, num, ctx = attention(
+            q, self.keys[:pos + 1], self.values[:pos + 1], m.n_heads, r["M_score"], m.exp_lut)
+        ci = to8(ctx.reshape(-1), r["r_ctx"])
+        s1 = x + rq(ci @ w["Wo"], r["M_o"])
+        hi = to8(s1, r["r_ffn"])
+        hid = rq(hi @ w["W1"], r["M_h"])
+        fi = to8(np.maximum(hid, 0), r["r_hid"])
+        s2 = s1 + rq(fi @ w["W2"], r["M_f"])
+        oi = to8(s2, r["r_out"])
+        logits = w["Eq"] @ oi
+        self.pos = pos + 1
+        return Trace(tok, pos, x, xi, q, k, v, scores, lut_index, weights, den, num, ctx,
+                     ci, s1, hi, hid, fi, s2, oi, logits, argmax(logits))
+
+    def generate(self, prompt, count):
+        """SPEC.md's trace from a fresh cache: yield the :class:`Trace` of each generated token.
+
+        Refuses, before any step runs, a prompt and count that would run past ``seq_len``.
+        """
+        prompt = list(prompt)
+        if not prompt:
+            raise DecodeError("the prompt is empty: a generation needs at least one token")
+        if count < 1:
+            raise DecodeError(f"cannot generate {count} tokens")
+        for tok in prompt:
+            self.check_token(tok)
+        steps = len(prompt) + count - 1
+        if steps > self.model.seq_len:
+            raise DecodeError(
+                f"{len(prompt)} prompt tokens and {count} generated need {steps} positions, "
+                f"but the cache holds seq_len {self.model.seq_len}")
+        self.reset()
+        for tok in prompt[:-1]:
+            self.step(tok)
+        trace = self.step(prompt[-1])
+        yield trace
+        for _ in range(count - 1):
+            trace = self.step(trace.next)
+            yield trace
