@@ -1,0 +1,146 @@
+from dataclasses import dataclass
+
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from int8model.bounds import Bound, signed_bits
+
+__all__ = ["Rule", "Requant"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One requant: ``(x · multiplier) >> shift``, then optionally ReLU, then optionally int8 saturation."""
+    multiplier: int
+    shift: int
+    relu: bool = False
+    saturate: bool = True
+
+    @classmethod
+    def to8(cls, pair):
+        return cls(pair[0], pair[1])
+
+    @classmethod
+    def rq(cls, pair, relu=False):
+        return cls(pair[0], pair[1], relu=relu, saturate=False)
+
+    def product_bound(self, bound):
+        return bound.times(self.multiplier)
+
+    def result_bound(self, bound):
+        out = self.product_bound(bound) >> self.shift
+        if self.relu:
+            out = out.clamp(0, max(out.hi, 0))
+        if self.saturate:
+            out = out.clamp(-128, 127)
+        return out
+
+
+class Requant(wiring.Component):
+    """Requantisation, SPEC.md's ``rq`` and ``to8``, exact for any ``(M, S)`` with S in 0..63.
+
+    The unit holds a table of :class:`Rule` (constants of the model); each input picks one with
+    ``select``. The product is computed at the width that the input's bound times the rule's
+    multiplier needs, so nothing the model can produce overflows; the arithmetic shift floors
+    toward −∞ as the reference's does.
+
+    Parameters
+    ----------
+    in_bound : :class:`~int8model.bounds.Bound`
+        The range of every input value.
+    rules : list of :class:`Rule`
+    tag_shape : shape-like
+        A side-band payload carried unchanged from input to output (routing information).
+
+    Ports
+    -----
+    i : ``In(stream.Signature(StructLayout({"value", "select", "tag"})))``
+    o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``
+        ``value`` is signed, as wide as the widest result of any rule.
+
+    Latency 3 cycles, throughput one value per cycle; a stalled output holds the whole pipeline.
+    """
+
+    def __init__(self, in_bound, rules, *, tag_shape=unsigned(0)):
+        self.in_bound = in_bound
+        self.rules = list(rules)
+        if not self.rules:
+            raise ValueError("a requant unit needs at least one rule")
+        for rule in self.rules:
+            if not 0 <= rule.shift <= 63:
+                raise ValueError(f"shift {rule.shift} is outside 0..63")
+        self.in_bits = in_bound.bits
+        self.product_bits = max(rule.product_bound(in_bound).bits for rule in self.rules)
+        results = [rule.result_bound(in_bound) for rule in self.rules]
+        self.out_bound = Bound(min(r.lo for r in results), max(r.hi for r in results))
+        self.out_bits = self.out_bound.bits
+        self.multiplier_bits = max(signed_bits(r.multiplier, r.multiplier) for r in self.rules)
+        self.tag_shape = tag_shape
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "value": signed(self.in_bits),
+                "select": range(len(self.rules)),
+                "tag": tag_shape,
+            }))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "value": signed(self.out_bits),
+                "tag": tag_shape,
+            }))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        rules = self.rules
+
+        # One global enable: every stage moves when the output is free or being taken.
+        advance = Signal()
+        m.d.comb += advance.eq(~self.o.valid | self.o.ready)
+        m.d.comb += self.i.ready.eq(advance)
+
+        # Stage 1: register the operand and the rule's multiplier (so the product sees registers).
+        value = Signal(signed(self.in_bits))
+        multiplier = Signal(signed(self.multiplier_bits))
+        select1 = Signal(range(len(rules)))
+        tag1 = Signal(self.tag_shape)
+        valid1 = Signal()
+        multipliers = Array(Const(r.multiplier, signed(self.multiplier_bits)) for r in rules)
+        with m.If(advance):
+            m.d.sync += [
+                value.eq(self.i.payload.value),
+                multiplier.eq(multipliers[self.i.payload.select]),
+                select1.eq(self.i.payload.select),
+                tag1.eq(self.i.payload.tag),
+                valid1.eq(self.i.valid),
+            ]
+
+        # Stage 2: the exact product.
+        product = Signal(signed(self.product_bits))
+        select2 = Signal.like(select1)
+        tag2 = Signal(self.tag_shape)
+        valid2 = Signal()
+        with m.If(advance):
+            m.d.sync += [
+                product.eq(value * multiplier),
+                select2.eq(select1),
+                tag2.eq(tag1),
+                valid2.eq(valid1),
+            ]
+
+        # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter),
+        # then ReLU and saturation.
+        results = []
+        for rule in rules:
+            shifted = product >> rule.shift
+            if rule.relu:
+                shifted = Mux(shifted < 0, 0, shifted)
+            if rule.saturate:
+                shifted = Mux(shifted > 127, 127, Mux(shifted < -128, -128, shifted))
+            results.append(shifted)
+        with m.If(advance):
+            m.d.sync += [
+                self.o.payload.value.eq(Array(results)[select2]),
+                self.o.payload.tag.eq(tag2),
+                self.o.valid.eq(valid2),
+            ]
+        return m

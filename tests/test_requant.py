@@ -1,0 +1,40 @@
+import numpy as np
+import pytest
+
+from hdl.requant import Requant, Rule
+from int8model.bounds import Bound
+from int8model.format import REQUANTS
+from int8model.synthetic import random_model
+from sim.runner import run_bench
+
+EDGE_RULES = [
+    Rule(1, 0), Rule(-1, 0), Rule(1, 63), Rule(-1, 63), Rule(2**40 - 1, 63), Rule(-(2**40), 63),
+    Rule(123456789, 20), Rule(-98765, 7), Rule(3, 0, saturate=False), Rule(-7, 2, relu=True),
+    Rule(2**30, 40, relu=True, saturate=False), Rule(0, 5), Rule(-(2**41), 0, saturate=False),
+]
+
+
+def run(name, in_bound, rules, seed, count=2000):
+    params = {"in_bound": [in_bound.lo, in_bound.hi],
+              "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
+              "seed": seed, "count": count}
+    run_bench(Requant(in_bound, rules), name=name, test_module="sim.bench_requant", params=params)
+
+
+def test_widths_follow_the_bounds():
+    unit = Requant(Bound(-1000, 1000), [Rule(5, 2, saturate=False)])
+    assert unit.product_bits == Bound(-5000, 5000).bits
+    assert unit.out_bits == Bound(-1250, 1250).bits
+    assert Requant(Bound(-2**20, 2**20), [Rule(1, 0)]).out_bits == 8
+
+
+def test_edge_rules():
+    run("requant_edges", Bound(-2**21, 2**21 - 1), EDGE_RULES, seed=1)
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_rules_of_random_models(seed):
+    rng = np.random.default_rng(seed)
+    model = random_model(rng, 16, 2, 24, 16, 16, extreme=True)
+    rules = [Rule.to8(model.requant[k]) for k in REQUANTS] + [Rule.rq(model.requant["M_h"], relu=True)]
+    run(f"requant_random{seed}", Bound(-2**18, 2**18), rules, seed=seed)
