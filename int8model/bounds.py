@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Bound", "BoundsError", "analyse", "signed_bits"]
+__all__ = ["Bound", "BoundsError", "analyse", "matvec_bound", "signed_bits"]
 
 INT64 = (-2**63, 2**63 - 1)
 
@@ -53,7 +53,7 @@ class Bound:
         return Bound(self.lo >> shift, self.hi >> shift)
 
 
-def _matvec(inputs, matrix):
+def matvec_bound(inputs, matrix):
     """Bound of ``inputs @ matrix`` for any input vector within ``inputs``, per output column."""
     w = [[int(x) for x in row] for row in matrix.tolist()]
     los, his = [], []
@@ -105,7 +105,7 @@ def analyse(model):
                    max(max(e[c] for e in ein) + max(p[c] for p in pin) for c in cols))
     to8("xi", "x", "r_qkv")
     for name, matrix, pair in (("q", "Wq", "M_q"), ("k", "Wk", "M_k"), ("v", "Wv", "M_v")):
-        b[f"acc_{name}"] = _matvec(b["xi"], w[matrix])
+        b[f"acc_{name}"] = matvec_bound(b["xi"], w[matrix])
         to8(name, f"acc_{name}", pair)
 
     rows = model.seq_len
@@ -122,19 +122,19 @@ def analyse(model):
     # A floored mean of values with non-negative weights lies between their extremes.
     b["ctx"] = b["v"]
     to8("ci", "ctx", "r_ctx")
-    b["acc_o"] = _matvec(b["ci"], w["Wo"])
+    b["acc_o"] = matvec_bound(b["ci"], w["Wo"])
     requant("o", "acc_o", "M_o")
     b["s1"] = b["x"] + b["o"]
     to8("hi", "s1", "r_ffn")
-    b["acc_h"] = _matvec(b["hi"], w["W1"])
+    b["acc_h"] = matvec_bound(b["hi"], w["W1"])
     requant("hid", "acc_h", "M_h")
     b["relu"] = b["hid"].clamp(0, max(b["hid"].hi, 0))
     to8("fi", "relu", "r_hid")
-    b["acc_f"] = _matvec(b["fi"], w["W2"])
+    b["acc_f"] = matvec_bound(b["fi"], w["W2"])
     requant("f", "acc_f", "M_f")
     b["s2"] = b["s1"] + b["f"]
     to8("oi", "s2", "r_out")
-    b["logits"] = _matvec(b["oi"], np.asarray(w["Eq"]).T)
+    b["logits"] = matvec_bound(b["oi"], np.asarray(w["Eq"]).T)
 
     for name, bound in b.items():
         if bound.lo < INT64[0] or bound.hi > INT64[1]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .bounds import analyse
 
-__all__ = ["DecodeError", "rq", "c8", "to8", "fdiv", "attention", "argmax", "Trace", "Golden"]
+__all__ = ["DecodeError", "rq", "c8", "to8", "fdiv", "matvec", "attention", "argmax", "Trace", "Golden"]
 
 
 class DecodeError(ValueError):
@@ -37,6 +37,11 @@ def to8(x, pair):
 def fdiv(a, b):
     """Floor division (Python's ``//``), for ``b > 0``."""
     return np.floor_divide(a, b)
+
+
+def matvec(x, matrix):
+    """``y[j] = Σ_e x[e] · W[e, j]`` (matrices are stored input-major)."""
+    return np.asarray(x, dtype=np.int64) @ matrix
 
 
 def attention(q, keys, values, n_heads, score_pair, exp_lut):
@@ -129,21 +134,21 @@ class Golden:
 
         x = m.embed[tok] + m.positions[pos]
         xi = to8(x, r["r_qkv"])
-        q = to8(xi @ w["Wq"], r["M_q"])
-        k = to8(xi @ w["Wk"], r["M_k"])
-        v = to8(xi @ w["Wv"], r["M_v"])
+        q = to8(matvec(xi, w["Wq"]), r["M_q"])
+        k = to8(matvec(xi, w["Wk"]), r["M_k"])
+        v = to8(matvec(xi, w["Wv"]), r["M_v"])
         self.keys[pos] = k
         self.values[pos] = v
         scores, lut_index, weights, den, num, ctx = attention(
             q, self.keys[:pos + 1], self.values[:pos + 1], m.n_heads, r["M_score"], m.exp_lut)
         ci = to8(ctx.reshape(-1), r["r_ctx"])
-        s1 = x + rq(ci @ w["Wo"], r["M_o"])
+        s1 = x + rq(matvec(ci, w["Wo"]), r["M_o"])
         hi = to8(s1, r["r_ffn"])
-        hid = rq(hi @ w["W1"], r["M_h"])
+        hid = rq(matvec(hi, w["W1"]), r["M_h"])
         fi = to8(np.maximum(hid, 0), r["r_hid"])
-        s2 = s1 + rq(fi @ w["W2"], r["M_f"])
+        s2 = s1 + rq(matvec(fi, w["W2"]), r["M_f"])
         oi = to8(s2, r["r_out"])
-        logits = w["Eq"] @ oi
+        logits = matvec(oi, w["Eq"].T)
         self.pos = pos + 1
         return Trace(tok, pos, x, xi, q, k, v, scores, lut_index, weights, den, num, ctx,
                      ci, s1, hi, hid, fi, s2, oi, logits, argmax(logits))

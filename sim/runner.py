@@ -6,6 +6,7 @@ Verilog and the parameters the bench reads back (``BENCH_PARAMS``).
 
 import json
 import os
+import re
 from pathlib import Path
 
 from amaranth.back import verilog
@@ -16,12 +17,23 @@ __all__ = ["BUILD_ROOT", "run_bench", "bench_params"]
 BUILD_ROOT = Path(__file__).resolve().parent.parent / "build" / "cocotb"
 
 
+# Yosys makes each `always @*` block sensitive to a register declared `= 0`, expecting that to
+# wake the block at time zero; Icarus Verilog raises no event for a declaration's initialiser,
+# so a block whose inputs never change would never run. An explicit toggle wakes them all.
+_WAKE = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;")
+
+
+def verilog_for_icarus(component, name):
+    text = verilog.convert(component, name=name, emit_src=False)
+    return _WAKE.sub(lambda m: f"reg {m[1]} = 0;\n  initial #1 {m[1]} = 1;", text)
+
+
 def run_bench(component, *, name, test_module, params, testcase=None):
     """Convert ``component`` to Verilog as module ``name`` and run ``test_module`` against it."""
     build_dir = BUILD_ROOT / name
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{name}.v"
-    source.write_text(verilog.convert(component, name=name, emit_src=False))
+    source.write_text(verilog_for_icarus(component, name))
     params_file = build_dir / "params.json"
     params_file.write_text(json.dumps(params))
     runner = get_runner("icarus")

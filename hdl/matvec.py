@@ -1,0 +1,228 @@
+import numpy as np
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from int8model.bounds import Bound, matvec_bound
+
+__all__ = ["MatVec"]
+
+INT8 = Bound(-128, 127)
+
+
+class MatVec(wiring.Component):
+    """Matrix-vector products ``y[j] = Σ_e x[e] · W[e, j]`` over int8 matrices held in block RAM.
+
+    ``lanes`` multipliers work in parallel, each on one output column: a matrix with ``cols``
+    columns is computed in ``ceil(cols / lanes)`` groups, each taking ``rows`` cycles, the input
+    vector streamed in during the first group and replayed from a buffer for the others. Each
+    lane reads its weights from one word of a shared memory that holds every matrix, row by
+    row, group after group, so the same lanes serve all the model's matrices in turn.
+
+    Parameters
+    ----------
+    matrices : list of 2-D integer arrays (rows × cols, input-major), values in int8
+    lanes : int
+    input_bounds : list of :class:`~int8model.bounds.Bound`, one per matrix
+        The range of that matrix's input elements (int8 by default); with the weights it
+        bounds the accumulator, whose width is derived from it.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(StructLayout({"value": signed(8), "matrix": range(n)})))``
+        A vector's ``rows`` elements in order, ``matrix`` the same on each.
+    o : ``Out(stream.Signature(StructLayout({"acc", "column", "matrix", "last"})))``
+        The accumulators, one per cycle, in column order; ``last`` marks the vector's last.
+
+    Latency: the first output leaves 4 cycles after the last input of the first group.
+    Throughput: one input element per cycle per group, one output per cycle; with
+    ``lanes <= rows`` the output never stalls the lanes.
+    """
+
+    def __init__(self, matrices, lanes, *, input_bounds=None):
+        self.matrices = [np.asarray(w, dtype=np.int64) for w in matrices]
+        if not self.matrices:
+            raise ValueError("MatVec needs at least one matrix")
+        for w in self.matrices:
+            if w.ndim != 2 or w.size == 0 or w.min() < -128 or w.max() > 127:
+                raise ValueError("every matrix is a non-empty 2-D int8 array")
+        if lanes < 1:
+            raise ValueError(f"{lanes} lanes")
+        self.lanes = lanes
+        self.rows = [w.shape[0] for w in self.matrices]
+        self.cols = [w.shape[1] for w in self.matrices]
+        self.groups = [-(-c // lanes) for c in self.cols]
+        self.bases = np.cumsum([0] + [r * g for r, g in zip(self.rows, self.groups)]).tolist()
+        self.depth = self.bases[-1]
+        input_bounds = input_bounds or [INT8] * len(self.matrices)
+        self.acc_bound = Bound(
+            min(matvec_bound(b, w).lo for b, w in zip(input_bounds, self.matrices)),
+            max(matvec_bound(b, w).hi for b, w in zip(input_bounds, self.matrices)))
+        self.acc_bits = self.acc_bound.bits
+        n = len(self.matrices)
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "value": signed(8),
+                "matrix": range(n),
+            }))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "acc": signed(self.acc_bits),
+                "column": range(max(self.cols)),
+                "matrix": range(n),
+                "last": 1,
+            }))),
+        })
+
+    def weight_words(self):
+        """The weight memory's contents: one word per (matrix, group, row), lane l in byte l."""
+        words = []
+        for w, groups in zip(self.matrices, self.groups):
+            rows, cols = w.shape
+            for g in range(groups):
+                for e in range(rows):
+                    word = 0
+                    for lane in range(self.lanes):
+                        j = g * self.lanes + lane
+                        if j < cols:
+                            word |= (int(w[e, j]) & 0xff) << (8 * lane)
+                    words.append(word)
+        return words
+
+    @property
+    def multipliers(self):
+        return self.lanes
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.lanes
+        n = len(self.matrices)
+
+        m.submodules.weights = weights = memory.Memory(
+            shape=unsigned(8 * lanes), depth=self.depth, init=self.weight_words())
+        # Both read ports have one cycle of latency; both pause with the pipeline.
+        weight_read = weights.read_port()
+        m.submodules.vector = vector = memory.Memory(shape=signed(8), depth=max(self.rows), init=[])
+        vector_write = vector.write_port()
+        vector_read = vector.read_port()
+
+        def table(values, shape):
+            return Array(Const(v, shape) for v in values)
+
+        last_row = table([r - 1 for r in self.rows], range(max(self.rows)))
+        last_group = table([g - 1 for g in self.groups], range(max(self.groups)))
+        base = table(self.bases[:n], range(self.depth + 1))
+        tail_cols = table([c - (g - 1) * lanes for c, g in zip(self.cols, self.groups)], range(lanes + 1))
+        last_col = table([c - 1 for c in self.cols], range(max(self.cols)))
+
+        advance = Signal()
+        m.d.comb += [weight_read.en.eq(advance), vector_read.en.eq(advance)]
+
+        # -- Issue: one row per cycle, from the input stream (group 0) or the buffer (replay).
+        replay = Signal()
+        row = Signal(range(max(self.rows)))
+        group = Signal(range(max(self.groups)))
+        matrix = Signal(range(n))
+        address = Signal(range(self.depth + 1))
+        col_base = Signal(range(max(self.cols) + lanes))
+
+        starting = ~replay & (row == 0) & (group == 0)
+        current = Signal(range(n))
+        m.d.comb += current.eq(Mux(starting, self.i.payload.matrix, matrix))
+        m.d.comb += self.i.ready.eq(advance & ~replay)
+        issue = Signal()
+        m.d.comb += issue.eq(Mux(replay, advance, self.i.valid & self.i.ready))
+
+        m.d.comb += [
+            weight_read.addr.eq(Mux(starting, base[current], address)),
+            vector_read.addr.eq(row),
+            vector_write.addr.eq(row),
+            vector_write.data.eq(self.i.payload.value),
+            vector_write.en.eq(self.i.valid & self.i.ready),
+        ]
+        final_row = row == last_row[current]
+        final_group = group == last_group[current]
+        with m.If(issue):
+            m.d.sync += [matrix.eq(current), address.eq(weight_read.addr + 1)]
+            with m.If(final_row):
+                m.d.sync += row.eq(0)
+                with m.If(final_group):
+                    m.d.sync += [group.eq(0), replay.eq(0), col_base.eq(0)]
+                with m.Else():
+                    m.d.sync += [group.eq(group + 1), replay.eq(1), col_base.eq(col_base + lanes)]
+            with m.Else():
+                m.d.sync += row.eq(row + 1)
+
+        # Stage flags that travel with each row down the pipeline.
+        flags = data.StructLayout({
+            "valid": 1, "first": 1, "last": 1, "matrix": range(n),
+            "col_base": range(max(self.cols) + lanes), "count": range(lanes + 1),
+        })
+        issued = Signal(flags)
+        m.d.comb += [
+            issued.valid.eq(issue),
+            issued.first.eq(row == 0),
+            issued.last.eq(final_row),
+            issued.matrix.eq(current),
+            issued.col_base.eq(col_base),
+            issued.count.eq(Mux(final_group, tail_cols[current], lanes)),
+        ]
+
+        # -- Read: the weight word and the input element arrive.
+        read = Signal(flags)
+        direct = Signal(signed(8))
+        from_input = Signal()
+        with m.If(advance):
+            m.d.sync += [read.eq(issued), direct.eq(self.i.payload.value), from_input.eq(~replay)]
+        element = Signal(signed(8))
+        m.d.comb += element.eq(Mux(from_input, direct, vector_read.data))
+
+        # -- Multiply: one int8 × int8 product per lane.
+        multiplied = Signal(flags)
+        products = [Signal(signed(16), name=f"product{lane}") for lane in range(lanes)]
+        with m.If(advance):
+            m.d.sync += multiplied.eq(read)
+            for lane, product in enumerate(products):
+                weight = weight_read.data[8 * lane:8 * lane + 8].as_signed()
+                m.d.sync += product.eq(element * weight)
+
+        # -- Accumulate; a group's last row lands in the output buffer instead.
+        accumulators = [Signal(signed(self.acc_bits), name=f"acc{lane}") for lane in range(lanes)]
+        outputs = [Signal(signed(self.acc_bits), name=f"out{lane}") for lane in range(lanes)]
+        out_count = Signal(range(lanes + 1))
+        out_column = Signal(range(max(self.cols) + lanes))
+        out_matrix = Signal(range(n))
+
+        taking = self.o.valid & self.o.ready
+        out_free = Signal()
+        m.d.comb += out_free.eq((out_count == 0) | ((out_count == 1) & taking))
+        finishing = multiplied.valid & multiplied.last
+        m.d.comb += advance.eq(~(finishing & ~out_free))
+
+        with m.If(advance & multiplied.valid):
+            for acc, out, product in zip(accumulators, outputs, products):
+                total = Mux(multiplied.first, product, acc + product)
+                with m.If(multiplied.last):
+                    m.d.sync += out.eq(total)
+                with m.Else():
+                    m.d.sync += acc.eq(total)
+
+        m.d.comb += [
+            self.o.valid.eq(out_count != 0),
+            self.o.payload.acc.eq(outputs[0]),
+            self.o.payload.column.eq(out_column),
+            self.o.payload.matrix.eq(out_matrix),
+            self.o.payload.last.eq(out_column == last_col[out_matrix]),
+        ]
+        with m.If(advance & finishing):
+            m.d.sync += [
+                out_count.eq(multiplied.count),
+                out_column.eq(multiplied.col_base),
+                out_matrix.eq(multiplied.matrix),
+            ]
+        with m.Elif(taking):
+            # Shift the buffer down: the next column's sum moves to the output.
+            m.d.sync += [out_count.eq(out_count - 1), out_column.eq(out_column + 1)]
+            for here, after in zip(outputs, outputs[1:]):
+                m.d.sync += here.eq(after)
+        return m
