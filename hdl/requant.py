@@ -55,7 +55,8 @@ class Requant(wiring.Component):
 
     Ports
     -----
-    i : ``In(stream.Signature(StructLayout({"value", "select", "tag"})))``
+    i : ``In(stream.Signature(StructLayout({"value", "tag", "select"})))``
+        ``select`` (the rule) only where there is more than one rule.
     o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``
         ``value`` is signed, as wide as the widest result of any rule.
 
@@ -77,12 +78,11 @@ class Requant(wiring.Component):
         self.out_bits = self.out_bound.bits
         self.multiplier_bits = max(signed_bits(r.multiplier, r.multiplier) for r in self.rules)
         self.tag_shape = tag_shape
+        inputs = {"value": signed(self.in_bits), "tag": tag_shape}
+        if len(self.rules) > 1:
+            inputs["select"] = range(len(self.rules))
         super().__init__({
-            "i": In(stream.Signature(data.StructLayout({
-                "value": signed(self.in_bits),
-                "select": range(len(self.rules)),
-                "tag": tag_shape,
-            }))),
+            "i": In(stream.Signature(data.StructLayout(inputs))),
             "o": Out(stream.Signature(data.StructLayout({
                 "value": signed(self.out_bits),
                 "tag": tag_shape,
@@ -101,6 +101,7 @@ class Requant(wiring.Component):
         # Stage 1: register the operand and the rule's multiplier (so the product sees registers).
         value = Signal(signed(self.in_bits))
         multiplier = Signal(signed(self.multiplier_bits))
+        select = self.i.payload.select if len(rules) > 1 else 0
         select1 = Signal(range(len(rules)))
         tag1 = Signal(self.tag_shape)
         valid1 = Signal()
@@ -108,8 +109,8 @@ class Requant(wiring.Component):
         with m.If(advance):
             m.d.sync += [
                 value.eq(self.i.payload.value),
-                multiplier.eq(multipliers[self.i.payload.select]),
-                select1.eq(self.i.payload.select),
+                multiplier.eq(multipliers[select]),
+                select1.eq(select),
                 tag1.eq(self.i.payload.tag),
                 valid1.eq(self.i.valid),
             ]

@@ -32,6 +32,11 @@ def test_edge_rules():
     run("requant_edges", Bound(-2**21, 2**21 - 1), EDGE_RULES, seed=1)
 
 
+@pytest.mark.parametrize("index", [2, 5, 9])
+def test_single_rule(index):
+    run(f"requant_single{index}", Bound(-2**21, 2**21 - 1), [EDGE_RULES[index]], seed=index, count=500)
+
+
 @pytest.mark.parametrize("seed", [2, 3])
 def test_rules_of_random_models(seed):
     rng = np.random.default_rng(seed)

@@ -1,0 +1,208 @@
+from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from int8model.bounds import Bound
+
+from .divider import FloorDivider
+from .kv_cache import CacheRead
+from .requant import Requant, Rule
+
+__all__ = ["Attention"]
+
+
+class Attention(wiring.Component):
+    """LUT-softmax attention of one query over cache rows 0..pos, every head at once (SPEC.md step 3).
+
+    Three phases, all heads in parallel:
+
+    1. *Scores*: one cache row per cycle; ``d_model`` multipliers form ``q · K[j]`` per head,
+       kept in a small score memory, with each head's running maximum.
+    2. *Weights*: one row per cycle again; each head's LUT index
+       ``clamp(rq(max − s_j, M_score), 0, NLUT − 1)`` reads the exp table, the weights add up to
+       ``den``, and the same multipliers form ``w_j · V[j]`` into the ``num`` accumulators.
+    3. *Context*: each column's ``fdiv(num, den)`` through a pipelined floor divider, then the
+       ``r_ctx`` requant and int8 clamp; ``ci`` leaves one value per cycle in column order.
+
+    Widths come from the model's bounds (:func:`int8model.bounds.analyse`).
+
+    Ports
+    -----
+    i : ``In(stream.Signature(StructLayout({"q": ArrayLayout(signed(8), d_model), "pos"})))``
+        The query and its position; the cache rows 0..pos must already be written.
+    cache : ``Out(CacheRead(d_model, seq_len))``
+    o : ``Out(stream.Signature(StructLayout({"value": signed(8), "tag": 1})))``
+        ``ci`` in column order; ``tag`` marks the last column.
+
+    Latency: ``2·(pos + 1) + 10`` cycles to the first ``ci``, then one per cycle.
+    Multipliers: ``d_model`` (shared by the two row phases) plus ``n_heads`` for ``M_score``.
+    """
+
+    SCORE_LATENCY = 3   # issue → products → head sums → score written
+    WEIGHT_LATENCY = 5  # issue → gap → × M_score → LUT/V read → products → num
+
+    def __init__(self, model, bounds):
+        self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
+        self.head_dim = model.head_dim
+        self.exp_lut = [int(v) for v in model.exp_lut]
+        self.score_rule = Rule.rq(model.requant["M_score"])
+        self.ctx_rule = Rule.to8(model.requant["r_ctx"])
+        self.bounds = {k: bounds[k] for k in ("q", "k", "v", "scores", "score_gap",
+                                              "score_gap*M_score", "weights", "den", "num", "ctx")}
+        self.score_bits = bounds["scores"].bits
+        self.gap_bits = bounds["score_gap"].bits
+        self.weight_bits = bounds["weights"].bits
+        self.operand_bits = max(8, self.weight_bits)
+        self.product_bits = Bound(-(1 << (self.operand_bits - 1)) * 128,
+                                  (1 << (self.operand_bits - 1)) * 128).bits
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len)}))),
+            "cache": Out(CacheRead(self.d_model, self.seq_len)),
+            "o": Out(stream.Signature(data.StructLayout({"value": signed(8), "tag": 1}))),
+        })
+
+    @property
+    def multipliers(self):
+        return self.d_model + self.n_heads
+
+    def elaborate(self, platform):
+        m = Module()
+        d, heads, hd = self.d_model, self.n_heads, self.head_dim
+        nlut = len(self.exp_lut)
+        b = self.bounds
+
+        q = Signal(data.ArrayLayout(signed(8), d))
+        pos = Signal(range(self.seq_len))
+        row = Signal(range(self.seq_len))          # the row being issued
+        issuing = Signal()
+
+        # -- The shared multipliers: q·K in the score phase, w·V in the weight phase.
+        scoring = Signal()
+        operand_a = [Signal(signed(self.operand_bits), name=f"a{e}") for e in range(d)]
+        operand_b = [Signal(signed(8), name=f"b{e}") for e in range(d)]
+        products = [Signal(signed(self.product_bits), name=f"p{e}") for e in range(d)]
+        for a, bb, p in zip(operand_a, operand_b, products):
+            m.d.sync += p.eq(a * bb)
+
+        # -- Phase 1: scores.
+        score_layout = data.ArrayLayout(signed(self.score_bits), heads)
+        m.submodules.scores = scores = memory.Memory(shape=score_layout, depth=self.seq_len, init=[])
+        score_write = scores.write_port()
+        score_read = scores.read_port()  # one cycle of latency
+        peak = Signal(score_layout)
+
+        s_valid = Signal(self.SCORE_LATENCY)
+        s_row = [Signal(range(self.seq_len), name=f"s_row{i}") for i in range(self.SCORE_LATENCY)]
+        m.d.sync += [s_valid.eq(Mux(scoring, (s_valid << 1) | issuing, 0))]
+        m.d.sync += s_row[0].eq(row)
+        for early, late in zip(s_row, s_row[1:]):
+            m.d.sync += late.eq(early)
+        head_sums = Signal(score_layout)
+        for g in range(heads):
+            m.d.sync += head_sums[g].eq(sum(products[g * hd:(g + 1) * hd]))
+        m.d.comb += [
+            score_write.addr.eq(s_row[2]),
+            score_write.data.eq(head_sums),
+            score_write.en.eq(scoring & s_valid[2]),
+        ]
+        with m.If(scoring & s_valid[2]):
+            for g in range(heads):
+                with m.If((s_row[2] == 0) | (head_sums[g] > peak[g])):
+                    m.d.sync += peak[g].eq(head_sums[g])
+
+        # -- Phase 2: weights, den, num.
+        w_valid = Signal(self.WEIGHT_LATENCY)
+        w_row = [Signal(range(self.seq_len), name=f"w_row{i}") for i in range(self.WEIGHT_LATENCY)]
+        m.d.sync += [w_valid.eq(Mux(scoring, 0, (w_valid << 1) | issuing))]
+        m.d.sync += w_row[0].eq(row)
+        for early, late in zip(w_row, w_row[1:]):
+            m.d.sync += late.eq(early)
+        m.d.comb += score_read.addr.eq(row)
+
+        gaps = Signal(data.ArrayLayout(unsigned(max(1, self.gap_bits)), heads))
+        scaled = Signal(data.ArrayLayout(signed(b["score_gap*M_score"].bits), heads))
+        for g in range(heads):
+            m.d.sync += gaps[g].eq(peak[g] - score_read.data[g])
+            m.d.sync += scaled[g].eq(gaps[g] * self.score_rule.multiplier)
+
+        m.submodules.exp_lut = lut = memory.Memory(
+            shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
+        weights = []
+        for g in range(heads):
+            port = lut.read_port()  # one cycle of latency: lands with the V row
+            index = scaled[g] >> self.score_rule.shift
+            m.d.comb += port.addr.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
+            weights.append(port.data)
+
+        # The V row is read in step with the LUT: both addresses leave in the fourth cycle.
+        m.d.comb += self.cache.row.eq(Mux(scoring, row, w_row[2]))
+        for e in range(d):
+            m.d.comb += [
+                operand_a[e].eq(Mux(scoring, q[e], weights[e // hd])),
+                operand_b[e].eq(Mux(scoring, self.cache.k[e], self.cache.v[e])),
+            ]
+
+        den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
+        num = Signal(data.ArrayLayout(signed(b["num"].bits), d))
+        with m.If(~scoring & w_valid[3]):
+            for g in range(heads):
+                m.d.sync += den[g].eq(Mux(w_row[3] == 0, 0, den[g]) + weights[g])
+        with m.If(~scoring & w_valid[4]):
+            for e in range(d):
+                m.d.sync += num[e].eq(Mux(w_row[4] == 0, 0, num[e]) + products[e])
+
+        # -- Phase 3: the context, through the divider and the r_ctx requant.
+        m.submodules.divider = divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=1)
+        m.submodules.requant = requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=1)
+        wiring.connect(m, divider.o, requant.i)
+        wiring.connect(m, requant.o, wiring.flipped(self.o))
+
+        column = Signal(range(d))
+        head = Signal(range(heads))
+        head_column = Signal(range(hd))
+        m.d.comb += [
+            divider.i.payload.num.eq(num[0]),
+            divider.i.payload.den.eq(den[head]),
+            divider.i.payload.tag.eq(column == d - 1),
+        ]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.i.ready.eq(1)
+                with m.If(self.i.valid):
+                    m.d.sync += [q.eq(self.i.payload.q), pos.eq(self.i.payload.pos),
+                                 row.eq(0), scoring.eq(1)]
+                    m.next = "SCORE"
+            with m.State("SCORE"):
+                m.d.comb += issuing.eq(1)
+                m.d.sync += row.eq(row + 1)
+                with m.If(row == pos):
+                    m.next = "SCORE_DRAIN"
+            with m.State("SCORE_DRAIN"):
+                with m.If(s_valid == 0):
+                    m.d.sync += [row.eq(0), scoring.eq(0)]
+                    m.next = "WEIGHT"
+            with m.State("WEIGHT"):
+                m.d.comb += issuing.eq(1)
+                m.d.sync += row.eq(row + 1)
+                with m.If(row == pos):
+                    m.next = "WEIGHT_DRAIN"
+            with m.State("WEIGHT_DRAIN"):
+                with m.If(w_valid == 0):
+                    m.d.sync += [column.eq(0), head.eq(0), head_column.eq(0)]
+                    m.next = "CONTEXT"
+            with m.State("CONTEXT"):
+                m.d.comb += divider.i.valid.eq(1)
+                with m.If(divider.i.ready):
+                    # Shift the numerators down so that the divider always reads num[0].
+                    for e in range(d - 1):
+                        m.d.sync += num[e].eq(num[e + 1])
+                    m.d.sync += [column.eq(column + 1), head_column.eq(head_column + 1)]
+                    with m.If(head_column == hd - 1):
+                        m.d.sync += [head.eq(head + 1), head_column.eq(0)]
+                    with m.If(column == d - 1):
+                        m.d.sync += scoring.eq(1)
+                        m.next = "IDLE"
+        return m

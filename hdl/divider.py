@@ -1,0 +1,87 @@
+from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from int8model.bounds import Bound
+
+__all__ = ["FloorDivider"]
+
+
+class FloorDivider(wiring.Component):
+    """Floor division ``num // den`` (``den > 0``), exact for negative numerators.
+
+    The quotient's range is known in advance (the softmax's context is a weighted mean of int8
+    values, so it lies between the smallest and the largest of them), which bounds the work:
+    the numerator is offset by ``quotient.lo · den`` to be non-negative, and a restoring
+    division finds the ``ceil_log2(quotient.hi − quotient.lo + 1)`` quotient bits, one per
+    pipeline stage.
+
+    Parameters
+    ----------
+    num_bound, den_bound, quotient_bound : :class:`~int8model.bounds.Bound`
+    tag_shape : shape-like, carried unchanged alongside.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(StructLayout({"num", "den", "tag"})))``
+    o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``
+        ``value`` is the quotient.
+
+    Latency ``1 + quotient bits`` cycles; throughput one division per cycle.
+    """
+
+    def __init__(self, num_bound, den_bound, quotient_bound, *, tag_shape=unsigned(0)):
+        if den_bound.lo <= 0:
+            raise ValueError(f"the denominator must be positive, not as low as {den_bound.lo}")
+        self.num_bound, self.den_bound, self.quotient_bound = num_bound, den_bound, quotient_bound
+        span = quotient_bound.hi - quotient_bound.lo
+        self.steps = max(1, ceil_log2(span + 1))
+        self.den_bits = den_bound.bits
+        # The offset numerator, always below 2**steps · den.
+        self.rem_bits = Bound(0, (1 << self.steps) * den_bound.hi).bits
+        self.tag_shape = tag_shape
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "num": signed(num_bound.bits), "den": signed(den_bound.bits), "tag": tag_shape}))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "value": signed(quotient_bound.bits), "tag": tag_shape}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+
+        stage = data.StructLayout({
+            "valid": 1, "rem": signed(self.rem_bits + 1), "den": signed(self.den_bits),
+            "quotient": unsigned(self.steps), "tag": self.tag_shape})
+        first = Signal(stage)
+        with m.If(advance):
+            m.d.sync += [
+                first.valid.eq(self.i.valid),
+                first.rem.eq(self.i.payload.num - self.quotient_bound.lo * self.i.payload.den),
+                first.den.eq(self.i.payload.den),
+                first.quotient.eq(0),
+                first.tag.eq(self.i.payload.tag),
+            ]
+        previous = first
+        for bit in reversed(range(self.steps)):
+            after = Signal(stage, name=f"bit{bit}")
+            trial = previous.rem - (previous.den << bit)
+            fits = trial >= 0
+            with m.If(advance):
+                m.d.sync += [
+                    after.valid.eq(previous.valid),
+                    after.rem.eq(Mux(fits, trial, previous.rem)),
+                    after.den.eq(previous.den),
+                    after.quotient.eq(previous.quotient | (fits << bit)),
+                    after.tag.eq(previous.tag),
+                ]
+            previous = after
+        m.d.comb += [
+            self.o.valid.eq(previous.valid),
+            self.o.payload.value.eq(previous.quotient + self.quotient_bound.lo),
+            self.o.payload.tag.eq(previous.tag),
+        ]
+        return m

@@ -1,0 +1,65 @@
+"""Bench: the LUT-softmax attention unit (over a KV cache) against the golden model's ``attention``."""
+
+import random
+
+import cocotb
+import numpy as np
+
+from int8model.bounds import analyse
+from int8model.format import from_json
+from int8model.golden import attention, to8
+
+from .bench import start
+from .harness import AttentionWithCache
+from .runner import bench_params
+from .streams import StreamSink, StreamSource
+
+
+def build(params):
+    model = from_json(params["model"])
+    return model, AttentionWithCache(model, analyse(model))
+
+
+def rows(rng, bound, count, d, kind):
+    if kind == "equal":
+        row = [rng.randint(bound.lo, bound.hi) for _ in range(d)]
+        return [row[:] for _ in range(count)]
+    if kind == "extreme":
+        return [[rng.choice((bound.lo, bound.hi)) for _ in range(d)] for _ in range(count)]
+    if kind == "negative":
+        return [[rng.randint(bound.lo, min(bound.hi, -1)) for _ in range(d)] for _ in range(count)]
+    return [[rng.randint(bound.lo, bound.hi) for _ in range(d)] for _ in range(count)]
+
+
+def cases(model, bounds, rng, count):
+    kinds = ["equal", "extreme", "negative", "random"]
+    out = []
+    for i in range(count):
+        pos = 0 if i % 7 == 0 else rng.randrange(model.seq_len)
+        kind = kinds[i % len(kinds)] if i < 12 else "random"
+        q = rows(rng, bounds["q"], 1, model.d_model, "extreme" if kind == "extreme" else "random")[0]
+        keys = rows(rng, bounds["k"], pos + 1, model.d_model, kind)
+        values = rows(rng, bounds["v"], pos + 1, model.d_model, "negative" if kind == "negative" else kind)
+        out.append((pos, q, keys, values))
+    return out
+
+
+@cocotb.test()
+async def attention_matches_golden(dut):
+    params = bench_params()
+    model, unit = build(params)
+    bounds = analyse(model)
+    rng = random.Random(params["seed"])
+    await start(dut)
+    writer = StreamSource(dut, "write", unit.write.payload.shape(), dut.clk)
+    query = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk)
+    sink = StreamSink(dut, "o", unit.o.payload.shape(), dut.clk, stall=params["stall"], rng=rng)
+    for n, (pos, q, keys, values) in enumerate(cases(model, bounds, rng, params["count"])):
+        await writer.send([{"pos": j, "k": keys[j], "v": values[j]} for j in range(pos + 1)])
+        await query.send([{"q": q, "pos": pos}])
+        got = await sink.receive(model.d_model)
+        *_, ctx = attention(np.array(q), np.array(keys), np.array(values), model.n_heads,
+                            model.requant["M_score"], model.exp_lut)
+        want = to8(ctx.reshape(-1), model.requant["r_ctx"]).tolist()
+        assert [o["value"] for o in got] == want, f"case {n} (pos {pos}) differs"
+        assert [o["tag"] for o in got] == [0] * (model.d_model - 1) + [1]

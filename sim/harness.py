@@ -1,0 +1,33 @@
+"""Small compositions that give a unit under test what the engine would give it."""
+
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.attention import Attention
+from hdl.kv_cache import KVCache
+
+__all__ = ["AttentionWithCache"]
+
+
+class AttentionWithCache(wiring.Component):
+    """The attention unit reading a KV cache whose write port the bench drives."""
+
+    def __init__(self, model, bounds):
+        self.attention = Attention(model, bounds)
+        self.cache = KVCache(model.d_model, model.seq_len)
+        super().__init__({
+            "write": In(self.cache.write.signature.flip()),
+            "i": In(self.attention.i.signature.flip()),
+            "o": Out(self.attention.o.signature),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.attention = self.attention
+        m.submodules.cache = self.cache
+        wiring.connect(m, self.attention.cache, self.cache.read)
+        wiring.connect(m, wiring.flipped(self.write), self.cache.write)
+        wiring.connect(m, wiring.flipped(self.i), self.attention.i)
+        wiring.connect(m, self.attention.o, wiring.flipped(self.o))
+        return m

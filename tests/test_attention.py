@@ -1,0 +1,39 @@
+import numpy as np
+import pytest
+
+from int8model import analyse
+from int8model.format import from_json
+from int8model.synthetic import random_model
+from sim.harness import AttentionWithCache
+from sim.runner import run_bench
+
+
+def run(name, model, seed, count=60, stall=0.3):
+    params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall}
+    run_bench(AttentionWithCache(model, analyse(model)), name=name,
+              test_module="sim.bench_attention", params=params)
+
+
+@pytest.mark.parametrize("shape", [(8, 1, 8, 8, 8), (16, 4, 16, 16, 12), (32, 4, 32, 32, 32), (24, 3, 8, 8, 5)])
+def test_random_models(shape):
+    rng = np.random.default_rng(sum(shape))
+    run("attention_{}_{}_{}_{}_{}".format(*shape), random_model(rng, *shape), seed=sum(shape))
+
+
+def test_extreme_models():
+    rng = np.random.default_rng(99)
+    run("attention_extreme", random_model(rng, 16, 2, 16, 16, 16, extreme=True), seed=99)
+
+
+def test_lut_index_beyond_table():
+    doc = random_model(np.random.default_rng(4), 16, 4, 16, 16, 16).to_json()
+    doc["exp_lut"] = [1000, 300, 7]
+    doc["requant"]["M_score"] = [3, 1]
+    run("attention_short_lut", from_json(doc), seed=4)
+
+
+def test_single_entry_lut_and_negative_score_scale():
+    doc = random_model(np.random.default_rng(6), 8, 2, 8, 8, 8).to_json()
+    doc["exp_lut"] = [5]
+    doc["requant"]["M_score"] = [-77, 3]
+    run("attention_one_entry", from_json(doc), seed=6, count=20)

@@ -1,0 +1,20 @@
+"""The small units: the arg-max head and the KV cache."""
+
+import pytest
+
+from hdl.argmax import ArgMax
+from hdl.kv_cache import KVCache
+from sim.runner import run_bench
+
+
+@pytest.mark.parametrize("bits, length", [(20, 32), (8, 1), (33, 256)])
+def test_argmax(bits, length):
+    params = {"bits": bits, "length": length, "seed": bits, "count": 300}
+    run_bench(ArgMax(bits, length), name=f"argmax_{bits}_{length}", test_module="sim.bench_argmax", params=params)
+
+
+@pytest.mark.parametrize("d_model, seq_len", [(8, 8), (32, 32), (64, 5)])
+def test_kv_cache(d_model, seq_len):
+    params = {"d_model": d_model, "seq_len": seq_len, "seed": seq_len, "rounds": 4}
+    run_bench(KVCache(d_model, seq_len), name=f"kv_cache_{d_model}_{seq_len}",
+              test_module="sim.bench_kv_cache", params=params)
