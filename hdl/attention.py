@@ -32,8 +32,8 @@ class Attention(wiring.Component):
     i : ``In(stream.Signature(StructLayout({"q": ArrayLayout(signed(8), d_model), "pos"})))``
         The query and its position; the cache rows 0..pos must already be written.
     cache : ``Out(CacheRead(d_model, seq_len))``
-    o : ``Out(stream.Signature(StructLayout({"value": signed(8), "tag": 1})))``
-        ``ci`` in column order; ``tag`` marks the last column.
+    o : ``Out(stream.Signature(StructLayout({"value", "tag": 1})))``
+        ``ci`` in column order (at most int8 wide); ``tag`` marks the last column.
 
     Latency: ``2·(pos + 1) + 10`` cycles to the first ``ci``, then one per cycle.
     Multipliers: ``d_model`` (shared by the two row phases) plus ``n_heads`` for ``M_score``.
@@ -60,7 +60,8 @@ class Attention(wiring.Component):
             "i": In(stream.Signature(data.StructLayout({
                 "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len)}))),
             "cache": Out(CacheRead(self.d_model, self.seq_len)),
-            "o": Out(stream.Signature(data.StructLayout({"value": signed(8), "tag": 1}))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "value": signed(self.ctx_rule.result_bound(bounds["ctx"]).bits), "tag": 1}))),
         })
 
     @property

@@ -195,7 +195,9 @@ class MatVec(wiring.Component):
 
         taking = self.o.valid & self.o.ready
         out_free = Signal()
-        m.d.comb += out_free.eq((out_count == 0) | ((out_count == 1) & taking))
+        # Not `| taking`: the lanes' readiness must not depend on the consumer's, since in the
+        # engine the consumer's readiness depends on the lanes' (outputs feed the next input).
+        m.d.comb += out_free.eq(out_count == 0)
         finishing = multiplied.valid & multiplied.last
         m.d.comb += advance.eq(~(finishing & ~out_free))
 

@@ -57,8 +57,9 @@ class Requant(wiring.Component):
     -----
     i : ``In(stream.Signature(StructLayout({"value", "tag", "select"})))``
         ``select`` (the rule) only where there is more than one rule.
-    o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``
-        ``value`` is signed, as wide as the widest result of any rule.
+    o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``
+        ``value`` is signed, as wide as the widest result of any rule; ``tag`` and ``select``
+        pass through, so that units in a chain can share one rule index.
 
     Latency 3 cycles, throughput one value per cycle; a stalled output holds the whole pipeline.
     """
@@ -83,10 +84,8 @@ class Requant(wiring.Component):
             inputs["select"] = range(len(self.rules))
         super().__init__({
             "i": In(stream.Signature(data.StructLayout(inputs))),
-            "o": Out(stream.Signature(data.StructLayout({
-                "value": signed(self.out_bits),
-                "tag": tag_shape,
-            }))),
+            "o": Out(stream.Signature(data.StructLayout(
+                dict(inputs, value=signed(self.out_bits))))),
         })
 
     def elaborate(self, platform):
@@ -142,6 +141,7 @@ class Requant(wiring.Component):
             m.d.sync += [
                 self.o.payload.value.eq(Array(results)[select2]),
                 self.o.payload.tag.eq(tag2),
+                *([self.o.payload.select.eq(select2)] if len(rules) > 1 else []),
                 self.o.valid.eq(valid2),
             ]
         return m

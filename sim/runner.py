@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from amaranth.back import verilog
+from cocotb_tools.check_results import get_results
 from cocotb_tools.runner import get_runner
 
 __all__ = ["BUILD_ROOT", "run_bench", "bench_params"]
@@ -39,10 +40,14 @@ def run_bench(component, *, name, test_module, params, testcase=None):
     runner = get_runner("icarus")
     runner.build(sources=[source], hdl_toplevel=name, build_dir=build_dir,
                  timescale=("1ns", "1ps"), always=True)
-    runner.test(test_module=test_module, hdl_toplevel=name, build_dir=build_dir,
-                testcase=testcase, extra_env={"BENCH_PARAMS": str(params_file)},
-                timescale=("1ns", "1ps"),
-                waves=bool(os.environ.get("WAVES")))
+    results = runner.test(test_module=test_module, hdl_toplevel=name, build_dir=build_dir,
+                          testcase=testcase, extra_env={"BENCH_PARAMS": str(params_file)},
+                          timescale=("1ns", "1ps"),
+                          waves=bool(os.environ.get("WAVES")))
+    # Under pytest the runner itself fails the test; elsewhere (benchmarks) check here.
+    tests, failed = get_results(Path(results))
+    if failed or not tests:
+        raise RuntimeError(f"{failed} of {tests} cocotb tests failed in {build_dir}")
 
 
 def bench_params():

@@ -1,0 +1,303 @@
+import enum
+
+import numpy as np
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from int8model.bounds import Bound, analyse
+
+from .argmax import ArgMax
+from .attention import Attention
+from .epilogue import Epilogue, Stage
+from .fifo import StreamFIFO
+from .kv_cache import KVCache
+from .matvec import MatVec
+
+__all__ = ["Op", "Error", "Engine", "command_layout", "status_layout"]
+
+
+class Op(enum.IntEnum):
+    NEW = 0       # start a new sequence: position 0
+    FEED = 1      # run a step for `arg` (a prompt token) at the current position
+    GENERATE = 2  # emit the last step's next token, then run `arg − 1` steps feeding each back
+
+
+class Error(enum.IntEnum):
+    NONE = 0
+    TOKEN = 1      # a token outside the vocab
+    POSITION = 2   # a step at or past seq_len
+    NO_PROMPT = 3  # GENERATE with no step run since NEW
+    COUNT = 4      # GENERATE 0
+
+
+class Matrix(enum.IntEnum):
+    QKV = 0
+    WO = 1
+    W1 = 2
+    W2 = 3
+    HEAD = 4
+
+
+def command_layout(seq_len):
+    return data.StructLayout({"op": 2, "arg": unsigned(max(8, seq_len.bit_length()))})
+
+
+def status_layout(seq_len):
+    return data.StructLayout({
+        "pos": range(seq_len + 1), "error": 3, "busy": 1, "cycles": 32, "steps": 32})
+
+
+class Engine(wiring.Component):
+    """The decode engine: a whole decode step (SPEC.md steps 1–7) in hardware, and generation.
+
+    One sequencer drives five units through a decode step: the embedding ROMs feed the
+    :class:`~.epilogue.Epilogue`, whose int8 outputs stream into the :class:`~.matvec.MatVec`
+    lanes, whose sums stream back through the epilogue into the next product; q, k and v are
+    collected for the :class:`~.kv_cache.KVCache` and the :class:`~.attention.Attention` unit,
+    whose context feeds the output projection; the head's logits stream into the
+    :class:`~.argmax.ArgMax`. Products overlap: each vector streams into the next matrix while
+    it is still leaving the previous one. All shapes, weights and tables come from the model.
+
+    Ports
+    -----
+    cmd : ``In(stream.Signature(command_layout))``
+        :class:`Op` and its argument (a token for ``FEED``, a count for ``GENERATE``).
+    tokens : ``Out(stream.Signature(8))``
+        Each generated token, as it is made; the engine waits while it is not taken.
+    status : ``Out(status_layout)``
+        The position of the next step, the last command's :class:`Error`, whether a
+        command is running, the cycles of the last step and the steps since ``NEW``.
+
+    A rejected command changes nothing but the error code: the cache and position stay.
+    """
+
+    def __init__(self, model, *, lanes=None):
+        self.model = model
+        self.bounds = analyse(model)
+        self.lanes = lanes or model.d_model
+        b = self.bounds
+        w = model.weights
+        d = model.d_model
+        self.epilogue = Epilogue(model, b)
+        self.matvec = MatVec(
+            [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
+            self.lanes, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
+        self.attention = Attention(model, b)
+        self.cache = KVCache(d, model.seq_len)
+        self.argmax = ArgMax(self.matvec.acc_bits, model.vocab)
+        # A whole vector fits in the lanes' input queue: while the lanes still replay one
+        # matrix's groups, the first results already flow into the next matrix's input.
+        self.feed = StreamFIFO(self.matvec.i.payload.shape(), max(d, model.d_ff))
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(model.seq_len))),
+            "tokens": Out(stream.Signature(8)),
+            "status": Out(status_layout(model.seq_len)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        model, b = self.model, self.bounds
+        d, vocab, seq_len = model.d_model, model.vocab, model.seq_len
+        m.submodules.epilogue = epilogue = self.epilogue
+        m.submodules.matvec = matvec = self.matvec
+        m.submodules.attention = attention = self.attention
+        m.submodules.cache = cache = self.cache
+        m.submodules.argmax = argmax = self.argmax
+        m.submodules.feed = feed = self.feed
+        wiring.connect(m, attention.cache, cache.read)
+        wiring.connect(m, feed.o, matvec.i)
+
+        # -- Embedding: x[e] = EinA[tok][e] + PinA[pos][e], one column per cycle.
+        def rom(table):
+            values = table.ravel().tolist()
+            shape = signed(Bound(min(values), max(values)).bits)
+            return memory.Memory(shape=shape, depth=len(values), init=values)
+        m.submodules.token_embedding = token_rom = rom(model.embed)
+        m.submodules.position_embedding = position_rom = rom(model.positions)
+        token_read = token_rom.read_port()        # one cycle of latency
+        position_read = position_rom.read_port()  # one cycle of latency
+        token_base = Signal(range(vocab * d))
+        position_base = Signal(range(seq_len * d + 1))
+        embed_column = Signal(range(d + 1))
+        embed_fetched = Signal()       # the read ports hold column `embed_tag`
+        embed_tag = Signal(range(d))
+        embedding = Signal()
+        embed_out_valid = Signal()
+        embed_advance = Signal()
+        m.d.comb += [
+            embed_out_valid.eq(embedding & embed_fetched),
+            embed_advance.eq(~embed_out_valid | epilogue.i.ready),
+            token_read.en.eq(embed_advance),
+            position_read.en.eq(embed_advance),
+            token_read.addr.eq(token_base + embed_column),
+            position_read.addr.eq(position_base + embed_column),
+        ]
+        with m.If(embedding & embed_advance):
+            m.d.sync += [embed_fetched.eq(embed_column < d), embed_tag.eq(embed_column)]
+            with m.If(embed_column < d):
+                m.d.sync += embed_column.eq(embed_column + 1)
+
+        # -- Routing between the units. At any time at most one source of each shared input
+        # is active: the sequence of a step guarantees it, the priorities below only document it.
+        to_head = matvec.o.payload.matrix == Matrix.HEAD
+        column = matvec.o.payload.column
+        qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
+        qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
+        stage_of = Array([qkv_stage, Stage.O, Stage.H, Stage.F, Stage.F])
+        with m.If(embed_out_valid):
+            m.d.comb += [
+                epilogue.i.valid.eq(1),
+                epilogue.i.payload.value.eq(token_read.data + position_read.data),
+                epilogue.i.payload.select.eq(Stage.EMBED),
+                epilogue.i.payload.tag.eq(embed_tag),
+            ]
+        with m.Else():
+            m.d.comb += [
+                epilogue.i.valid.eq(matvec.o.valid & ~to_head),
+                epilogue.i.payload.value.eq(matvec.o.payload.acc),
+                epilogue.i.payload.select.eq(stage_of[matvec.o.payload.matrix]),
+                epilogue.i.payload.tag.eq(Mux(matvec.o.payload.matrix == Matrix.QKV, qkv_column, column)),
+            ]
+        m.d.comb += [
+            argmax.i.valid.eq(matvec.o.valid & to_head),
+            argmax.i.payload.value.eq(matvec.o.payload.acc),
+            argmax.i.payload.last.eq(matvec.o.payload.last),
+            matvec.o.ready.eq(Mux(to_head, argmax.i.ready, epilogue.i.ready & ~embed_out_valid)),
+        ]
+
+        stage = epilogue.o.payload.select
+        collected = (stage == Stage.Q) | (stage == Stage.K) | (stage == Stage.V)
+        next_matrix = Array([Const(Matrix.QKV), 0, 0, 0, Const(Matrix.W1), Const(Matrix.W2), Const(Matrix.HEAD)])
+        with m.If(attention.o.valid):
+            m.d.comb += [
+                feed.i.valid.eq(1),
+                feed.i.payload.value.eq(attention.o.payload.value),
+                feed.i.payload.matrix.eq(Matrix.WO),
+            ]
+        with m.Else():
+            m.d.comb += [
+                feed.i.valid.eq(epilogue.o.valid & ~collected),
+                feed.i.payload.value.eq(epilogue.o.payload.value),
+                feed.i.payload.matrix.eq(next_matrix[stage]),
+            ]
+        m.d.comb += [
+            attention.o.ready.eq(feed.i.ready),
+            epilogue.o.ready.eq(collected | (feed.i.ready & ~attention.o.valid)),
+        ]
+
+        # -- q, k and v, collected column by column for the cache and the attention unit.
+        q = Signal(data.ArrayLayout(signed(8), d))
+        k = Signal(data.ArrayLayout(signed(8), d))
+        v = Signal(data.ArrayLayout(signed(8), d))
+        row_done = Signal()
+        with m.If(epilogue.o.valid & collected):
+            with m.Switch(stage):
+                for name, target in ((Stage.Q, q), (Stage.K, k), (Stage.V, v)):
+                    with m.Case(name):
+                        with m.Switch(epilogue.o.payload.tag):
+                            for e in range(d):
+                                with m.Case(e):
+                                    m.d.sync += target[e].eq(epilogue.o.payload.value)
+            m.d.comb += row_done.eq((stage == Stage.V) & (epilogue.o.payload.tag == d - 1))
+
+        pos = Signal(range(seq_len + 1))
+        m.d.comb += [
+            cache.write.payload.pos.eq(pos),
+            cache.write.payload.k.eq(k),
+            cache.write.payload.v.eq(v),
+            attention.i.payload.q.eq(q),
+            attention.i.payload.pos.eq(pos),
+        ]
+
+        # -- The sequencer.
+        token = Signal(8)
+        next_token = Signal(8)
+        have_next = Signal()
+        remaining = Signal.like(self.cmd.payload.arg)
+        error = Signal(3)
+        cycles = Signal(32)
+        last_cycles = Signal(32)
+        steps = Signal(32)
+        busy = Signal()
+        generating = Signal()
+        m.d.comb += [
+            self.status.pos.eq(pos),
+            self.status.error.eq(error),
+            self.status.busy.eq(busy),
+            self.status.cycles.eq(last_cycles),
+            self.status.steps.eq(steps),
+            self.tokens.payload.eq(next_token),
+        ]
+        op, arg = self.cmd.payload.op, self.cmd.payload.arg
+        m.d.sync += cycles.eq(cycles + 1)
+
+        def start_step(tok):
+            m.d.sync += [
+                token.eq(tok), token_base.eq(tok * d), embedding.eq(1), embed_column.eq(0),
+                embed_fetched.eq(0), cycles.eq(1),
+            ]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.sync += error.eq(Error.NONE)
+                    with m.Switch(op):
+                        with m.Case(Op.NEW):
+                            m.d.sync += [pos.eq(0), position_base.eq(0), have_next.eq(0), steps.eq(0)]
+                        with m.Case(Op.FEED):
+                            with m.If(pos >= seq_len):
+                                m.d.sync += error.eq(Error.POSITION)
+                            with m.Elif(arg >= vocab):
+                                m.d.sync += error.eq(Error.TOKEN)
+                            with m.Else():
+                                start_step(arg)
+                                m.d.sync += busy.eq(1)
+                                m.next = "STEP"
+                        with m.Case(Op.GENERATE):
+                            with m.If(~have_next):
+                                m.d.sync += error.eq(Error.NO_PROMPT)
+                            with m.Elif(arg == 0):
+                                m.d.sync += error.eq(Error.COUNT)
+                            with m.Elif(pos + arg - 1 > seq_len):
+                                m.d.sync += error.eq(Error.POSITION)
+                            with m.Else():
+                                m.d.sync += [remaining.eq(arg - 1), busy.eq(1), generating.eq(1)]
+                                m.next = "EMIT"
+            with m.State("STEP"):
+                # Embedding ends once its last column has been taken.
+                with m.If(embedding & (embed_column == d) & embed_advance):
+                    m.d.sync += embedding.eq(0)
+                with m.If(row_done):
+                    m.next = "WRITE_ROW"
+            with m.State("WRITE_ROW"):
+                m.d.comb += cache.write.valid.eq(1)  # the cache takes a row every cycle
+                m.next = "ATTEND"
+            with m.State("ATTEND"):
+                m.d.comb += attention.i.valid.eq(1)
+                with m.If(attention.i.ready):
+                    m.next = "HEAD"
+            with m.State("HEAD"):
+                m.d.comb += argmax.o.ready.eq(1)
+                with m.If(argmax.o.valid):
+                    m.d.sync += [
+                        next_token.eq(argmax.o.payload), have_next.eq(1), last_cycles.eq(cycles),
+                        pos.eq(pos + 1), position_base.eq(position_base + d), steps.eq(steps + 1),
+                    ]
+                    with m.If(generating):
+                        m.next = "EMIT"
+                    with m.Else():
+                        m.d.sync += busy.eq(0)
+                        m.next = "IDLE"
+            with m.State("EMIT"):
+                m.d.comb += self.tokens.valid.eq(1)
+                with m.If(self.tokens.ready):
+                    with m.If(remaining == 0):
+                        m.d.sync += [busy.eq(0), generating.eq(0)]
+                        m.next = "IDLE"
+                    with m.Else():
+                        start_step(next_token)
+                        m.d.sync += remaining.eq(remaining - 1)
+                        m.next = "STEP"
+        return m

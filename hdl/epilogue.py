@@ -1,0 +1,90 @@
+import enum
+
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from int8model.bounds import Bound
+
+from .requant import Requant, Rule
+from .residual import Residual
+
+__all__ = ["Stage", "Epilogue"]
+
+
+class Stage(enum.IntEnum):
+    """What a value passing through the epilogue is (SPEC.md's step it belongs to)."""
+    EMBED = 0  # x → store x → xi = to8(x, r_qkv)
+    Q = 1      # q = to8(acc, M_q)
+    K = 2      # K[pos] = to8(acc, M_k)
+    V = 3      # V[pos] = to8(acc, M_v)
+    O = 4      # s1 = x + rq(acc, M_o) → store s1 → hi = to8(s1, r_ffn)
+    H = 5      # fi = to8(max(0, rq(acc, M_h)), r_hid)
+    F = 6      # s2 = s1 + rq(acc, M_f) → oi = to8(s2, r_out)
+
+
+def _union(*bounds):
+    return Bound(min(b.lo for b in bounds), max(b.hi for b in bounds))
+
+
+class Epilogue(wiring.Component):
+    """Everything between one matrix product and the next: requant, residual, requant.
+
+    A value enters with its :class:`Stage` (``select``) and column (``tag``) and leaves as the
+    int8 input of the next product (or a q, k, v element), after three units in a chain:
+
+    1. :class:`Requant` by the stage's multiplier (``M_q`` … ``M_f``; ReLU for ``M_h``),
+    2. :class:`Residual`: store ``x``; ``s1 = x + o`` (stored); ``s2 = s1 + f``,
+    3. :class:`Requant` to int8 by ``r_qkv``, ``r_ffn``, ``r_hid`` or ``r_out``.
+
+    A stage with nothing to do at a step passes through it exactly (``× 1 >> 0``).
+    Widths come from the model's bounds.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(StructLayout({"value", "tag", "select"})))``
+    o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``, ``value`` int8.
+
+    Latency 7 cycles, throughput one value per cycle.
+    """
+
+    def __init__(self, model, bounds):
+        r, b = model.requant, bounds
+        identity = Rule(1, 0, saturate=False)
+        first = {
+            Stage.EMBED: identity, Stage.Q: Rule.to8(r["M_q"]), Stage.K: Rule.to8(r["M_k"]),
+            Stage.V: Rule.to8(r["M_v"]), Stage.O: Rule.rq(r["M_o"]),
+            Stage.H: Rule.rq(r["M_h"], relu=True), Stage.F: Rule.rq(r["M_f"]),
+        }
+        last = {
+            Stage.EMBED: Rule.to8(r["r_qkv"]), Stage.Q: identity, Stage.K: identity,
+            Stage.V: identity, Stage.O: Rule.to8(r["r_ffn"]), Stage.H: Rule.to8(r["r_hid"]),
+            Stage.F: Rule.to8(r["r_out"]),
+        }
+        residual_rules = {
+            Stage.EMBED: (None, "x"), Stage.O: ("x", "s1"), Stage.F: ("s1", None),
+        }
+        stages = list(Stage)
+        self.in_bound = _union(b["x"], b["acc_q"], b["acc_k"], b["acc_v"], b["acc_o"], b["acc_h"], b["acc_f"])
+        columns = max(model.d_model, model.d_ff)
+        self.first = Requant(self.in_bound, [first[s] for s in stages], tag_shape=range(columns))
+        middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
+        self.residual = Residual(
+            self.first.out_bound, {"x": b["x"], "s1": b["s1"]},
+            [residual_rules.get(s, (None, None)) for s in stages], middle_bound, columns)
+        self.last = Requant(middle_bound, [last[s] for s in stages], tag_shape=range(columns))
+        super().__init__({
+            "i": In(self.first.i.signature.flip()),
+            "o": Out(self.last.o.signature),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.first = self.first
+        m.submodules.residual = self.residual
+        m.submodules.last = self.last
+        wiring.connect(m, wiring.flipped(self.i), self.first.i)
+        wiring.connect(m, self.first.o, self.residual.i)
+        wiring.connect(m, self.residual.o, self.last.i)
+        wiring.connect(m, self.last.o, wiring.flipped(self.o))
+        return m

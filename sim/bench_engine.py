@@ -1,0 +1,200 @@
+"""Bench: whole generations on the engine, every token against the golden model.
+
+An observer watches the streams between the units, so that on a mismatch the bench names the
+first intermediate of the first step that differs, not just the wrong token.
+"""
+
+import json
+import random
+from pathlib import Path
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+
+from hdl.engine import Engine, Error, Matrix, Op
+from hdl.epilogue import Stage
+from int8model.format import from_json
+from int8model.golden import Golden
+
+from .bench import start
+from .payload import unpack
+from .runner import bench_params
+from .streams import StreamSink, StreamSource
+
+STREAMS = {Stage.EMBED: "xi", Stage.Q: "q", Stage.K: "k", Stage.V: "v",
+           Stage.O: "hi", Stage.H: "fi", Stage.F: "oi"}
+
+
+class Observer:
+    """Records, step by step, what flows out of the epilogue, the attention unit and the head."""
+
+    def __init__(self, dut, engine):
+        self.dut, self.engine = dut, engine
+        self.steps = []
+
+    def new_step(self):
+        self.steps.append({name: [] for name in ("xi", "q", "k", "v", "ci", "hi", "fi", "oi", "logits")})
+
+    async def run(self):
+        dut, engine = self.dut, self.engine
+        epilogue = engine.epilogue.o.payload.shape()
+        attention = engine.attention.o.payload.shape()
+        matvec = engine.matvec.o.payload.shape()
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            if not self.steps:
+                continue
+            step = self.steps[-1]
+            if int(dut.epilogue.o__valid.value) and int(dut.epilogue.o__ready.value):
+                out = unpack(epilogue, int(dut.epilogue.o__payload.value))
+                step[STREAMS[Stage(out["select"])]].append(out["value"])
+            if int(dut.attention.o__valid.value) and int(dut.attention.o__ready.value):
+                step["ci"].append(unpack(attention, int(dut.attention.o__payload.value))["value"])
+            if int(dut.matvec.o__valid.value) and int(dut.matvec.o__ready.value):
+                out = unpack(matvec, int(dut.matvec.o__payload.value))
+                if out["matrix"] == Matrix.HEAD:
+                    step["logits"].append(out["acc"])
+
+
+def first_difference(observed, trace):
+    for name in ("xi", "q", "k", "v", "ci", "hi", "fi", "oi", "logits"):
+        want = getattr(trace, name).tolist()
+        if observed[name] != want:
+            return f"{name}: engine {observed[name]}, golden {want}"
+    return None
+
+
+class TB:
+    def __init__(self, dut, engine, rng):
+        self.dut, self.engine = dut, engine
+        self.cmd = StreamSource(dut, "cmd", engine.cmd.payload.shape(), dut.clk)
+        self.tokens = StreamSink(dut, "tokens", engine.tokens.payload.shape(), dut.clk, stall=0.2, rng=rng)
+        self.status_layout = engine.status.shape()
+        self.observer = Observer(dut, engine)
+        self.cycles = []  # (position, cycles of the step)
+
+    async def status(self):
+        await ReadOnly()
+        status = unpack(self.status_layout, int(self.dut.status.value))
+        await RisingEdge(self.dut.clk)
+        return status
+
+    async def idle(self, limit=1_000_000):
+        for _ in range(limit):
+            status = await self.status()
+            if not status["busy"]:
+                return status
+        raise TimeoutError(f"the engine is still busy after {limit} cycles: {status}")
+
+    async def command(self, op, arg=0):
+        await self.cmd.send([{"op": op, "arg": arg}])
+        await ClockCycles(self.dut.clk, 1)
+        return await self.idle()
+
+    async def feed(self, token):
+        before = (await self.status())["pos"]
+        self.observer.new_step()
+        status = await self.command(Op.FEED, token)
+        if not status["error"]:
+            self.cycles.append((before, status["cycles"]))
+        return status
+
+    async def generate(self, count):
+        """Generate, recording each step's cycles; returns the tokens."""
+        await self.cmd.send([{"op": Op.GENERATE, "arg": count}])
+        tokens = []
+        for _ in range(count):
+            if tokens:
+                self.observer.new_step()
+            before = (await self.status())["pos"]
+            tokens += await self.tokens.receive(1, timeout=1_000_000)
+            if len(tokens) > 1:
+                self.cycles.append((before - 1, (await self.status())["cycles"]))
+        status = await self.idle()
+        return tokens, status
+
+
+async def check_generation(tb, model, prompt, count):
+    golden = Golden(model)
+    traces = list(golden.generate(prompt, count))
+    want = [t.next for t in traces]
+    # The golden traces of every step: prompt steps, then generated steps.
+    golden.reset()
+    all_traces = [golden.step(tok) for tok in prompt[:-1]] + traces[:1]
+    all_traces += traces[1:]
+
+    tb.observer.steps.clear()
+    status = await tb.command(Op.NEW)
+    assert status["pos"] == 0 and status["error"] == Error.NONE
+    for tok in prompt:
+        status = await tb.feed(tok)
+        assert status["error"] == Error.NONE, status
+    got, status = await tb.generate(count)
+    assert status["error"] == Error.NONE, status
+    if got != want:
+        for index, (observed, trace) in enumerate(zip(tb.observer.steps, all_traces)):
+            difference = first_difference(observed, trace)
+            if difference:
+                raise AssertionError(
+                    f"tokens differ: engine {got}, golden {want}; first difference at step {index} "
+                    f"(position {trace.pos}, token {trace.tok}): {difference}")
+        raise AssertionError(f"tokens differ: engine {got}, golden {want}")
+    assert status["pos"] == len(prompt) + count - 1
+    return got
+
+
+@cocotb.test()
+async def generations_match_golden(dut):
+    params = bench_params()
+    model = from_json(params["model"])
+    engine = Engine(model, lanes=params["lanes"])
+    rng = random.Random(params["seed"])
+    await start(dut)
+    tb = TB(dut, engine, rng)
+    cocotb.start_soon(tb.observer.run())
+    for prompt in params["prompts"]:
+        count = model.seq_len - len(prompt) + 1
+        tb.cycles.clear()
+        await check_generation(tb, model, prompt, count)
+    if params.get("report"):
+        Path(params["report"]).write_text(json.dumps({"cycles": tb.cycles}))
+
+
+@cocotb.test()
+async def bad_input_is_reported_and_harmless(dut):
+    params = bench_params()
+    model = from_json(params["model"])
+    engine = Engine(model, lanes=params["lanes"])
+    await start(dut)
+    tb = TB(dut, engine, random.Random(1))
+    cocotb.start_soon(tb.observer.run())
+
+    status = await tb.command(Op.NEW)
+    status = await tb.command(Op.GENERATE, 3)
+    assert status["error"] == Error.NO_PROMPT and status["pos"] == 0
+    prompt = [1 % model.vocab, 2 % model.vocab]
+    await tb.feed(prompt[0])
+    if model.vocab < 256:
+        status = await tb.feed(model.vocab)
+        assert status["error"] == Error.TOKEN and status["pos"] == 1, status
+        status = await tb.feed(255)
+        assert status["error"] == Error.TOKEN and status["pos"] == 1, status
+    status = await tb.command(Op.GENERATE, 0)
+    assert status["error"] == Error.COUNT and status["pos"] == 1
+    status = await tb.command(Op.GENERATE, model.seq_len + 1)
+    assert status["error"] == Error.POSITION and status["pos"] == 1
+    await tb.feed(prompt[1])
+    # The rejected commands left the sequence intact: it goes on exactly as the golden one.
+    count = model.seq_len - len(prompt) + 1
+    got, status = await tb.generate(count)
+    want = [t.next for t in Golden(model).generate(prompt, count)]
+    assert got == want and status["error"] == Error.NONE
+    assert status["pos"] == model.seq_len
+    status = await tb.feed(0)
+    assert status["error"] == Error.POSITION and status["pos"] == model.seq_len
+    got, status = await tb.generate(1)  # the token already made: no step needed
+    assert got == want[-1:] and status["error"] == Error.NONE
+    # A new sequence after a full one: no stale row of the old one is read.
+    await check_generation(tb, model, prompt[::-1], 3)

@@ -1,0 +1,73 @@
+"""Cycles per token of the engine, counted in simulation over a whole context.
+
+``python -m sim.cycles --model models/zen32.json [--lanes 32]`` runs the engine under Icarus
+Verilog (checking every token against the golden model as it goes) and prints the cycles of
+the step at each position, their mean, and the MAC-bound floor for the multipliers used.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from hdl.engine import Engine
+from int8model.format import load
+
+from .runner import BUILD_ROOT, run_bench
+
+__all__ = ["measure", "macs_per_token"]
+
+
+def macs_per_token(model, pos):
+    d, dff, vocab = model.d_model, model.d_ff, model.vocab
+    matrices = 4 * d * d + 2 * d * dff + vocab * d
+    attention = 2 * (pos + 1) * d
+    return matrices, attention
+
+
+def measure(model, lanes, name="cycles"):
+    """Cycles of the step at every position 0..seq_len−1, as a list."""
+    report = BUILD_ROOT / name / "cycles.json"
+    params = {"model": model.to_json(), "lanes": lanes, "prompts": [[0]], "seed": 0,
+              "report": str(report)}
+    run_bench(Engine(model, lanes=lanes), name=name, test_module="sim.bench_engine",
+              params=params, testcase="generations_match_golden")
+    cycles = dict(json.loads(report.read_text())["cycles"])
+    return [cycles[p] for p in range(model.seq_len)]
+
+
+def summary(model, lanes, cycles):
+    engine_multipliers = lanes + model.d_model  # MAC lanes + the attention unit's row multipliers
+    positions = range(model.seq_len)
+    macs = [sum(macs_per_token(model, p)) for p in positions]
+    mean_cycles = sum(cycles) / len(cycles)
+    mean_macs = sum(macs) / len(macs)
+    floor = mean_macs / engine_multipliers
+    return {
+        "positions": {p: cycles[p] for p in sorted({0, model.seq_len // 2, model.seq_len - 1})},
+        "mean_cycles": mean_cycles, "mean_macs": mean_macs,
+        "multipliers": engine_multipliers, "floor": floor, "ratio": mean_cycles / floor,
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m sim.cycles", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
+    parser.add_argument("--lanes", type=int, help="MAC lanes (default: d_model)")
+    args = parser.parse_args(argv)
+    model = load(args.model)
+    lanes = args.lanes or model.d_model
+    print(model.identity_line)
+    cycles = measure(model, lanes)
+    s = summary(model, lanes, cycles)
+    print(f"lanes {lanes}, multipliers in MACs {s['multipliers']}")
+    for pos, count in s["positions"].items():
+        print(f"position {pos:4d}: {count} cycles")
+    print(f"mean over {model.seq_len} positions: {s['mean_cycles']:.1f} cycles per token")
+    print(f"MAC-bound floor: {s['mean_macs']:.0f} MACs / {s['multipliers']} multipliers = "
+          f"{s['floor']:.1f} cycles; engine at {s['ratio']:.2f}x the floor")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

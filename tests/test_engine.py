@@ -1,0 +1,48 @@
+"""The decode engine end to end: whole generations on the simulated hardware, bit-exact."""
+
+import numpy as np
+import pytest
+
+from hdl.engine import Engine
+from int8model import load
+from int8model.synthetic import random_model
+from sim.runner import run_bench
+
+SHIPPED = "models/zen32.json"
+
+
+def run(name, model, lanes, prompts, seed=0, testcase=None, report=None):
+    params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
+              "report": report}
+    run_bench(Engine(model, lanes=lanes), name=name, test_module="sim.bench_engine",
+              params=params, testcase=testcase)
+
+
+def test_shipped_model():
+    model = load(SHIPPED)
+    run("engine_shipped", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden")
+
+
+def test_bad_input():
+    rng = np.random.default_rng(3)
+    model = random_model(rng, 16, 2, 24, 12, 8)
+    run("engine_bad_input", model, 8, [], testcase="bad_input_is_reported_and_harmless")
+
+
+# d_model, heads, d_ff, vocab, seq_len, lanes
+SHAPES = [
+    (8, 1, 12, 5, 8, 8), (8, 2, 16, 20, 12, 4), (16, 2, 24, 40, 16, 16), (16, 4, 8, 7, 10, 5),
+    (32, 4, 48, 20, 24, 32), (32, 8, 16, 64, 9, 16), (64, 8, 96, 50, 16, 64), (64, 4, 32, 100, 12, 32),
+    (16, 8, 40, 256, 20, 16), (32, 1, 64, 33, 40, 32), (8, 4, 8, 3, 64, 8),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}h{}f{}v{}c{}p{}".format(*s))
+def test_random_models(shape):
+    d, heads, d_ff, vocab, seq_len, lanes = shape
+    rng = np.random.default_rng(sum(shape))
+    model = random_model(rng, d, heads, d_ff, vocab, seq_len, extreme=bool(sum(shape) % 3 == 0))
+    prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
+    run("engine_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=sum(shape),
+        testcase="generations_match_golden")
