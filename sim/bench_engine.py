@@ -93,13 +93,20 @@ class TB:
         await ClockCycles(self.dut.clk, 1)
         return await self.idle()
 
+    async def watch_steps(self):
+        """Record each finished step's position and cycles: both change with ``steps``."""
+        steps = 0
+        while True:
+            await RisingEdge(self.dut.clk)
+            await ReadOnly()
+            status = unpack(self.status_layout, int(self.dut.status.value))
+            if status["steps"] > steps:
+                self.cycles.append((status["pos"] - 1, status["cycles"]))
+            steps = status["steps"]
+
     async def feed(self, token):
-        before = (await self.status())["pos"]
         self.observer.new_step()
-        status = await self.command(Op.FEED, token)
-        if not status["error"]:
-            self.cycles.append((before, status["cycles"]))
-        return status
+        return await self.command(Op.FEED, token)
 
     async def generate(self, count):
         """Generate, recording each step's cycles; returns the tokens."""
@@ -108,10 +115,7 @@ class TB:
         for _ in range(count):
             if tokens:
                 self.observer.new_step()
-            before = (await self.status())["pos"]
             tokens += await self.tokens.receive(1, timeout=1_000_000)
-            if len(tokens) > 1:
-                self.cycles.append((before - 1, (await self.status())["cycles"]))
         status = await self.idle()
         return tokens, status
 
@@ -154,6 +158,7 @@ async def generations_match_golden(dut):
     await start(dut)
     tb = TB(dut, engine, rng)
     cocotb.start_soon(tb.observer.run())
+    cocotb.start_soon(tb.watch_steps())
     for prompt in params["prompts"]:
         count = model.seq_len - len(prompt) + 1
         tb.cycles.clear()
