@@ -99,7 +99,7 @@ class CommandProtocol(wiring.Component):
         seq_len, vocab = model.seq_len, model.vocab
 
         # -- Receiving a frame.
-        m.submodules.rx_crc = rx_crc = crc.Processor(CRC8.parameters())
+        m.submodules.rx_crc = rx_crc = CRC8(data_width=8).create()
         m.submodules.buffer = buffer = memory.Memory(shape=8, depth=self.MAX_PAYLOAD, init=[])
         buffer_write = buffer.write_port()
         buffer_read = buffer.read_port(domain="comb")
@@ -118,7 +118,7 @@ class CommandProtocol(wiring.Component):
         m.d.comb += [rx_crc.data.eq(byte), buffer_write.addr.eq(received), buffer_write.data.eq(byte)]
 
         # -- Replying.
-        m.submodules.tx_crc = tx_crc = crc.Processor(CRC8.parameters())
+        m.submodules.tx_crc = tx_crc = CRC8(data_width=8).create()
         reply_type = Signal(8)
         reply_length = Signal(8)
         sent = Signal(8)

@@ -24,11 +24,12 @@ class UARTTransmitter(wiring.Component):
     tx : ``Out(1)``, idle high.
     """
 
+    i: In(stream.Signature(8))
     tx: Out(1, init=1)
 
     def __init__(self, divisor):
         self.divisor = divisor
-        super().__init__({"i": In(stream.Signature(8))})
+        super().__init__()
 
     def elaborate(self, platform):
         m = Module()
@@ -64,12 +65,13 @@ class UARTReceiver(wiring.Component):
     """
 
     rx: In(1, init=1)
+    o: Out(stream.Signature(8))
     errors: Out(8)
     overruns: Out(8)
 
     def __init__(self, divisor):
         self.divisor = divisor
-        super().__init__({"o": Out(stream.Signature(8))})
+        super().__init__()
 
     def elaborate(self, platform):
         m = Module()
@@ -124,16 +126,15 @@ class UART(wiring.Component):
 
     rx: In(1, init=1)
     tx: Out(1, init=1)
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+    errors: Out(8)
 
     def __init__(self, divisor):
         self.divisor = divisor
         self.receiver = UARTReceiver(divisor)
         self.transmitter = UARTTransmitter(divisor)
-        super().__init__({
-            "i": In(stream.Signature(8)),
-            "o": Out(stream.Signature(8)),
-            "errors": Out(8),
-        })
+        super().__init__()
 
     def elaborate(self, platform):
         m = Module()

@@ -1,0 +1,134 @@
+"""The engine on a device, driven over its serial protocol.
+
+``Device(transport)`` takes anything with pyserial's ``read(n)`` / ``write(data)`` (a
+``serial.Serial`` on the board's port, or on the simulated board's pseudo-terminal).
+"""
+
+import itertools
+import struct
+from dataclasses import dataclass
+
+from .protocol import Command, Fault, FrameReader, Reply, encode_request
+
+__all__ = ["DeviceError", "Ident", "Stats", "Device", "IdentityMismatch"]
+
+
+class DeviceError(Exception):
+    """The device refused a command; ``fault`` says why."""
+
+    MESSAGES = {
+        Fault.TOKEN: "a token is outside the model's vocab",
+        Fault.POSITION: "the command would run past the end of the context (seq_len)",
+        Fault.NO_PROMPT: "nothing has been fed since the last reset: generation needs a prompt",
+        Fault.COUNT: "cannot generate 0 tokens",
+        Fault.CRC: "the device received a corrupted frame (bad CRC)",
+        Fault.TRUNCATED: "the device received a truncated frame",
+        Fault.UNKNOWN: "the device does not know the command",
+        Fault.LENGTH: "the command's payload has the wrong length",
+    }
+
+    def __init__(self, fault):
+        self.fault = Fault(fault)
+        super().__init__(f"device error {self.fault.name}: {self.MESSAGES[self.fault]}")
+
+
+class IdentityMismatch(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Ident:
+    sha256: str
+    d_model: int
+    n_heads: int
+    d_ff: int
+    vocab: int
+    seq_len: int
+    lanes: int
+    clock_hz: int
+    baud: int
+
+    @classmethod
+    def parse(cls, payload):
+        fields = struct.unpack("<6H2I", payload[32:])
+        return cls(payload[:32].hex(), *fields)
+
+
+@dataclass(frozen=True)
+class Stats:
+    cycles: int   # cycles of the last decode step
+    pos: int      # position of the next step (= tokens in the sequence so far)
+    steps: int    # steps since reset
+
+
+class Device:
+    def __init__(self, transport):
+        self.transport = transport
+        self.reader = FrameReader(transport.read)
+        self._tags = itertools.cycle(range(256))
+
+    def close(self):
+        self.transport.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _send(self, command, payload=b""):
+        tag = next(self._tags)
+        self.transport.write(encode_request(command, tag, payload))
+        return tag
+
+    def _reply(self, tag):
+        """The next reply to ``tag``; replies to earlier frames (such as garbage) are skipped."""
+        while True:
+            kind, reply_tag, payload = self.reader.next()
+            if reply_tag != tag:
+                continue
+            if kind == Reply.ERROR:
+                raise DeviceError(payload[0])
+            return kind, payload
+
+    def _expect(self, tag, kind):
+        got, payload = self._reply(tag)
+        if got != kind:
+            raise IOError(f"expected a {Reply(kind).name} reply, got {got:#x}")
+        return payload
+
+    def ident(self):
+        return Ident.parse(self._expect(self._send(Command.IDENT), Reply.IDENT))
+
+    def check_model(self, model):
+        """Refuse a device built for another model than ``model``."""
+        ident = self.ident()
+        if ident.sha256 != model.sha256:
+            raise IdentityMismatch(
+                f"the device runs model sha256 {ident.sha256}, but the model file given is "
+                f"sha256 {model.sha256}")
+        return ident
+
+    def reset(self):
+        self._expect(self._send(Command.RESET), Reply.OK)
+
+    def feed(self, tokens):
+        """Run a step for each token (at most 255 per frame); returns the position after."""
+        tokens = list(tokens)
+        pos = None
+        for start in range(0, len(tokens), 255):
+            payload = bytes(tokens[start:start + 255])
+            pos = int.from_bytes(self._expect(self._send(Command.FEED, payload), Reply.OK), "little")
+        return pos
+
+    def generate(self, count):
+        """Yield each generated token as the device makes it."""
+        tag = self._send(Command.GENERATE, count.to_bytes(2, "little"))
+        for _ in range(count):
+            yield self._expect(tag, Reply.TOKEN)[0]
+        self._expect(tag, Reply.OK)
+
+    def stats(self):
+        payload = self._expect(self._send(Command.STATS), Reply.STATS)
+        cycles, pos, steps = struct.unpack("<IHI", payload)
+        return Stats(cycles, pos, steps)

@@ -1,0 +1,95 @@
+"""Run the simulated board and hand out its serial port.
+
+``python -m sim.board --model models/zen32.json`` prints the pseudo-terminal's path and serves
+until interrupted; :func:`launch` does the same in the background for the host driver.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hdl.top import DeviceTop
+from int8model.format import load
+
+from .runner import run_bench
+
+__all__ = ["SIM_CLOCK_HZ", "SIM_BAUD", "SimulatedBoard", "launch"]
+
+# The simulated UART runs at 4 clocks a bit: the same logic as on the board, far fewer cycles.
+SIM_CLOCK_HZ = 12_000_000
+SIM_BAUD = 3_000_000
+
+
+def serve(model_path, lanes, ready, parent):
+    model = load(model_path)
+    top = DeviceTop(model, clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD, lanes=lanes)
+    name = f"board_{model.sha256[:12]}_{top.lanes}"
+    run_bench(top, name=name, test_module="sim.bench_board",
+              params={"divisor": top.divisor, "ready": str(ready), "parent": parent})
+
+
+class SimulatedBoard:
+    """A simulated board running in a child process; ``port`` is its serial port's path."""
+
+    def __init__(self, model_path, lanes=None, timeout=300):
+        self.workdir = Path(tempfile.mkdtemp(prefix="simboard_"))
+        self.ready = self.workdir / "port"
+        command = [sys.executable, "-m", "sim.board", "--model", str(model_path),
+                   "--ready", str(self.ready), "--parent", str(os.getpid())]
+        if lanes:
+            command += ["--lanes", str(lanes)]
+        self.log = open(self.workdir / "log.txt", "w")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                        cwd=Path(__file__).resolve().parent.parent)
+        deadline = time.monotonic() + timeout
+        while not (self.ready.exists() and self.ready.read_text()):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the simulated board failed to start: see {self.log.name}")
+            if time.monotonic() > deadline:
+                self.close()
+                raise TimeoutError("the simulated board did not start in time")
+            time.sleep(0.2)
+        self.port = self.ready.read_text()
+
+    def close(self):
+        self.ready.unlink(missing_ok=True)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
+
+
+def launch(model_path, lanes=None):
+    return SimulatedBoard(model_path, lanes)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m sim.board", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
+    parser.add_argument("--lanes", type=int)
+    parser.add_argument("--ready", type=Path, help="write the port's path here when serving")
+    parser.add_argument("--parent", type=int, help="stop when this process is gone")
+    args = parser.parse_args(argv)
+    if args.ready:
+        serve(args.model, args.lanes, args.ready, args.parent)
+        return 0
+    board = SimulatedBoard(args.model, args.lanes)
+    print(board.port, flush=True)
+    try:
+        board.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        board.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
