@@ -6,7 +6,7 @@ NumPy reference; ``sim`` and ``serial`` reach the hardware through the same comm
 
 from int8model.golden import DecodeError, Golden
 
-__all__ = ["BACKENDS", "open_backend", "check_request"]
+__all__ = ["BACKENDS", "open_backend", "check_request", "default_backend", "find_board"]
 
 
 def check_request(model, prompt, count):
@@ -37,11 +37,76 @@ class GoldenBackend:
         pass
 
 
+class DeviceBackend:
+    """A device over its serial protocol: the board, or the simulated board."""
+
+    def __init__(self, model, transport, *, on_close=None):
+        from .device import Device
+        self.device = Device(transport)
+        self.on_close = on_close
+        try:
+            self.ident = self.device.check_model(model)
+        except BaseException:
+            self.close()
+            raise
+
+    def generate(self, prompt, count):
+        self.device.reset()
+        self.device.feed(prompt)
+        yield from self.device.generate(count)
+
+    def close(self):
+        self.device.close()
+        if self.on_close:
+            self.on_close()
+
+
 def _golden(model, **_options):
     return GoldenBackend(model)
 
 
-BACKENDS = {"golden": _golden}
+def _serial(model, *, port=None, baud=None, model_path=None, **_options):
+    import serial
+    from hdl.top import DEFAULT_BAUD
+    port = port or find_board()
+    if port is None:
+        raise OSError("no ULX3S found on a serial port; give --port, or use --backend sim")
+    return DeviceBackend(model, serial.Serial(port, baud or DEFAULT_BAUD, timeout=5))
+
+
+def _sim(model, *, model_path=None, lanes=None, **_options):
+    import serial
+    from sim.board import SimulatedBoard
+    if model_path is None:
+        raise ValueError("the simulated board is built from a model file: give its path")
+    board = SimulatedBoard(model_path, lanes)
+    try:
+        transport = serial.Serial(board.port, timeout=60)
+    except BaseException:
+        board.close()
+        raise
+    return DeviceBackend(model, transport, on_close=board.close)
+
+
+# The ULX3S's FT231X: FTDI's vendor id and that chip's product id.
+FTDI_VENDOR, FT231X_PRODUCT = 0x0403, 0x6015
+
+
+def find_board():
+    """The serial port of an attached ULX3S, or ``None``."""
+    from serial.tools import list_ports
+    for port in list_ports.comports():
+        if (port.vid, port.pid) == (FTDI_VENDOR, FT231X_PRODUCT):
+            return port.device
+    return None
+
+
+def default_backend():
+    """The board when one is attached, else the simulated board."""
+    return "serial" if find_board() else "sim"
+
+
+BACKENDS = {"golden": _golden, "sim": _sim, "serial": _serial}
 
 
 def open_backend(name, model, **options):

@@ -81,7 +81,7 @@ class Device:
         self.transport.write(encode_request(command, tag, payload))
         return tag
 
-    def _reply(self, tag):
+    def reply(self, tag):
         """The next reply to ``tag``; replies to earlier frames (such as garbage) are skipped."""
         while True:
             kind, reply_tag, payload = self.reader.next()
@@ -92,10 +92,37 @@ class Device:
             return kind, payload
 
     def _expect(self, tag, kind):
-        got, payload = self._reply(tag)
+        got, payload = self.reply(tag)
         if got != kind:
             raise IOError(f"expected a {Reply(kind).name} reply, got {got:#x}")
         return payload
+
+    def write_raw(self, data):
+        """Put bytes on the line as they are (for tests of the device's robustness)."""
+        self.transport.write(bytes(data))
+
+    def resync(self, attempts=30, wait=1.0):
+        """Get the device's attention after garbage on the line.
+
+        Bytes already sent may have left the device inside a frame that swallows the next
+        command; the device drops such a frame when the line goes quiet. So: ask for STATS
+        with a fresh tag until one is answered, skipping every other reply.
+        """
+        timeout = self.transport.timeout
+        self.transport.timeout = wait
+        try:
+            for _ in range(attempts):
+                tag = self._send(Command.STATS)
+                try:
+                    while True:
+                        kind, reply_tag, _ = self.reader.next()
+                        if reply_tag == tag and kind == Reply.STATS:
+                            return
+                except (TimeoutError, IOError):
+                    continue
+        finally:
+            self.transport.timeout = timeout
+        raise TimeoutError(f"the device did not answer after {attempts} attempts")
 
     def ident(self):
         return Ident.parse(self._expect(self._send(Command.IDENT), Reply.IDENT))

@@ -12,7 +12,8 @@ from int8model.format import ModelError, load
 from int8model.golden import DecodeError
 from int8model.train import Tokenizer
 
-from .backends import BACKENDS, check_request, open_backend
+from .backends import BACKENDS, check_request, default_backend, open_backend
+from .device import DeviceError, IdentityMismatch
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "zen32.json"
 
@@ -27,8 +28,9 @@ def parse_prompt(text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m host.generate", description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=sorted(BACKENDS), default="golden",
-                        help="where the decode steps run (default: %(default)s)")
+    parser.add_argument("--backend", choices=sorted(BACKENDS),
+                        help="where the decode steps run: the NumPy golden model, the simulated "
+                             "board, or the board (default: the board if one is attached, else sim)")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL,
                         help="the int8 model file (default: the shipped demo model)")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -36,7 +38,8 @@ def main(argv=None):
     source.add_argument("--text", help="prompt text, encoded with the model's tokenizer")
     parser.add_argument("--generate", type=int, metavar="N",
                         help="tokens to generate (default: up to the end of the context)")
-    parser.add_argument("--port", help="serial port of the board (serial backend)")
+    parser.add_argument("--port", help="serial port of the board (serial backend; found by default)")
+    parser.add_argument("--lanes", type=int, help="MAC lanes of the simulated board (default d_model)")
     args = parser.parse_args(argv)
 
     try:
@@ -51,8 +54,9 @@ def main(argv=None):
         count = args.generate if args.generate is not None else model.seq_len - len(prompt) + 1
         check_request(model, prompt, count)
         print(model.identity_line, file=sys.stderr)
-        options = {"port": args.port} if args.port else {}
-        backend = open_backend(args.backend, model, **options)
+        backend_name = args.backend or default_backend()
+        backend = open_backend(backend_name, model, port=args.port, model_path=args.model,
+                               lanes=args.lanes)
         try:
             tokens = []
             for i, tok in enumerate(backend.generate(prompt, count)):
@@ -63,7 +67,8 @@ def main(argv=None):
             backend.close()
         if args.text is not None:
             print(args.text.lower() + tokenizer.decode(tokens))
-    except (ModelError, DecodeError, ValueError, OSError) as error:
+    except (ModelError, DecodeError, DeviceError, IdentityMismatch, ValueError, OSError,
+            TimeoutError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

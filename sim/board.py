@@ -6,6 +6,7 @@ until interrupted; :func:`launch` does the same in the background for the host d
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,8 +28,7 @@ SIM_BAUD = 3_000_000
 def serve(model_path, lanes, ready, parent):
     model = load(model_path)
     top = DeviceTop(model, clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD, lanes=lanes)
-    name = f"board_{model.sha256[:12]}_{top.lanes}"
-    run_bench(top, name=name, test_module="sim.bench_board",
+    run_bench(top, name="board", test_module="sim.bench_board", build_dir=ready.parent / "build",
               params={"divisor": top.divisor, "ready": str(ready), "parent": parent})
 
 
@@ -48,7 +48,10 @@ class SimulatedBoard:
         deadline = time.monotonic() + timeout
         while not (self.ready.exists() and self.ready.read_text()):
             if self.process.poll() is not None:
-                raise RuntimeError(f"the simulated board failed to start: see {self.log.name}")
+                self.log.close()
+                log = (self.workdir / "log.txt").read_text()[-2000:]
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                raise RuntimeError(f"the simulated board failed to start:\n{log}")
             if time.monotonic() > deadline:
                 self.close()
                 raise TimeoutError("the simulated board did not start in time")
@@ -64,6 +67,7 @@ class SimulatedBoard:
             except subprocess.TimeoutExpired:
                 self.process.kill()
         self.log.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def launch(model_path, lanes=None):

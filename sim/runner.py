@@ -29,9 +29,9 @@ def verilog_for_icarus(component, name):
     return _WAKE.sub(lambda m: f"reg {m[1]} = 0;\n  initial #1 {m[1]} = 1;", text)
 
 
-def run_bench(component, *, name, test_module, params, testcase=None):
+def run_bench(component, *, name, test_module, params, testcase=None, build_dir=None):
     """Convert ``component`` to Verilog as module ``name`` and run ``test_module`` against it."""
-    build_dir = BUILD_ROOT / name
+    build_dir = Path(build_dir) if build_dir else BUILD_ROOT / name
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{name}.v"
     source.write_text(verilog_for_icarus(component, name))

@@ -20,7 +20,7 @@ def test_gen_lines_follow_the_golden_trace(capsys):
 
 
 def test_text_is_encoded_and_continued(capsys):
-    assert main(["--model", SHIPPED, "--text", "Beautiful is", "--generate", "10"]) == 0
+    assert main(["--backend", "golden", "--model", SHIPPED, "--text", "Beautiful is", "--generate", "10"]) == 0
     out = capsys.readouterr().out.strip()
     model = load(SHIPPED)
     tokenizer = Tokenizer(model.tokenizer)
@@ -36,14 +36,15 @@ def test_text_is_encoded_and_continued(capsys):
     (["--prompt", "1", "--model", "no/such/model.json"], "cannot read no/such/model.json"),
 ])
 def test_bad_requests_are_clear_errors(capsys, args, message):
-    assert main(args) == 2
+    assert main(["--backend", "golden"] + args) == 2
     captured = capsys.readouterr()
     assert message in captured.err
     assert "GEN" not in captured.out
 
 
 def test_runs_as_a_module():
-    result = subprocess.run([sys.executable, "-m", "host.generate", "--prompt", "5", "--generate", "2"],
+    result = subprocess.run([sys.executable, "-m", "host.generate", "--backend", "golden",
+                             "--prompt", "5", "--generate", "2"],
                             capture_output=True, text=True, check=True)
     assert result.stdout.splitlines()[0].startswith("GEN 0 ")
     assert result.stderr.startswith("model sha256 ")
