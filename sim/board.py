@@ -7,6 +7,7 @@ until interrupted; :func:`launch` does the same in the background for the host d
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,8 +44,10 @@ class SimulatedBoard:
         if lanes:
             command += ["--lanes", str(lanes)]
         self.log = open(self.workdir / "log.txt", "w")
+        # A session of its own, so that closing ends the simulator it runs as well.
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
-                                        cwd=Path(__file__).resolve().parent.parent)
+                                        cwd=Path(__file__).resolve().parent.parent,
+                                        start_new_session=True)
         deadline = time.monotonic() + timeout
         while not (self.ready.exists() and self.ready.read_text()):
             if self.process.poll() is not None:
@@ -60,12 +63,14 @@ class SimulatedBoard:
 
     def close(self):
         self.ready.unlink(missing_ok=True)
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
         self.log.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
