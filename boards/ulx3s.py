@@ -1,0 +1,97 @@
+"""The ULX3S: its ECP5 variants, the PLL from its 25 MHz oscillator, and the device's pins."""
+
+from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
+from amaranth.lib import io
+from amaranth.lib.cdc import ResetSynchronizer
+from amaranth_boards.ulx3s import (ULX3S_12F_Platform, ULX3S_25F_Platform, ULX3S_45F_Platform,
+                                   ULX3S_85F_Platform)
+
+from hdl.top import DeviceTop
+
+__all__ = ["PLATFORMS", "PARTS", "pll_parameters", "ULX3STop"]
+
+PLATFORMS = {"12F": ULX3S_12F_Platform, "25F": ULX3S_25F_Platform,
+             "45F": ULX3S_45F_Platform, "85F": ULX3S_85F_Platform}
+
+# What each LFE5U part has (Lattice's ECP5 family data sheet): LUT4s, 18 kbit block RAMs
+# (DP16KD), 18×18 multipliers (MULT18X18D).
+PARTS = {
+    "12F": {"LUT4": 12_288, "DP16KD": 32, "MULT18X18D": 28},
+    "25F": {"LUT4": 24_288, "DP16KD": 56, "MULT18X18D": 28},
+    "45F": {"LUT4": 43_848, "DP16KD": 108, "MULT18X18D": 72},
+    "85F": {"LUT4": 83_640, "DP16KD": 208, "MULT18X18D": 156},
+}
+
+OSCILLATOR_HZ = 25_000_000
+
+
+def pll_parameters(out_hz, in_hz=OSCILLATOR_HZ):
+    """EHXPLLL dividers for ``out_hz``: ``(clki_div, clkfb_div, clkop_div, achieved_hz)``.
+
+    The phase detector runs at 3.125–400 MHz and the VCO at 400–800 MHz (ECP5 sysCLOCK guide);
+    of the settings within those, the one nearest ``out_hz`` wins.
+    """
+    best = None
+    for clki in range(1, 129):
+        pfd = in_hz / clki
+        if not 3.125e6 <= pfd <= 400e6:
+            continue
+        for clkfb in range(1, 81):
+            out = pfd * clkfb
+            for clkop in range(1, 129):
+                if 400e6 <= out * clkop <= 800e6:
+                    error = abs(out - out_hz)
+                    if best is None or error < best[0]:
+                        best = (error, clki, clkfb, clkop, out)
+                    break
+    if best is None:
+        raise ValueError(f"the PLL cannot make {out_hz} Hz from {in_hz} Hz")
+    return best[1:]
+
+
+class ULX3STop(Elaboratable):
+    """The board top: the PLL makes the engine's clock, the device top meets the FTDI UART."""
+
+    def __init__(self, model, *, clock_hz, baud, lanes=None):
+        self.clki_div, self.clkfb_div, self.clkop_div, self.clock_hz = pll_parameters(clock_hz)
+        self.device = DeviceTop(model, clock_hz=self.clock_hz, baud=baud, lanes=lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = ClockDomain("sync")
+        clk25 = platform.request("clk25", dir="-")
+        m.submodules.clk25 = clk25_buffer = io.Buffer("i", clk25)
+        locked = Signal()
+        clock = Signal()  # the PLL's output, named so that it can carry the timing constraint
+        mhz = lambda hz: str(round(hz / 1e6, 3))
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            a_FREQUENCY_PIN_CLKI=mhz(OSCILLATOR_HZ), a_FREQUENCY_PIN_CLKOP=mhz(self.clock_hz),
+            a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+            p_CLKI_DIV=self.clki_div, p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=self.clkop_div,
+            p_CLKOP_CPHASE=self.clkop_div - 1, p_CLKOP_FPHASE=0, p_FEEDBK_PATH="CLKOP",
+            p_CLKFB_DIV=self.clkfb_div,
+            i_RST=0, i_STDBY=0, i_CLKI=clk25_buffer.i, o_CLKOP=clock,
+            i_CLKFB=clock, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1,
+            i_PHASESTEP=1, i_PHASELOADREG=1, i_PLLWAKESYNC=0, i_ENCLKOP=0, o_LOCK=locked,
+        )
+        m.d.comb += ClockSignal("sync").eq(clock)
+        platform.add_clock_constraint(clock, self.clock_hz)
+        m.submodules.reset = ResetSynchronizer(~locked, domain="sync")
+
+        m.submodules.device = device = self.device
+        uart = platform.request("uart", 0, dir={"rx": "-", "tx": "-", "rts": "-", "dtr": "-"})
+        m.submodules.rx = rx = io.Buffer("i", uart.rx)
+        m.submodules.tx = tx = io.Buffer("o", uart.tx)
+        m.d.comb += [device.rx.eq(rx.i), tx.o.eq(device.tx)]
+        tx_enable = platform.request("uart_tx_enable", 0, dir="-")
+        m.submodules.tx_enable = tx_enable_buffer = io.Buffer("o", tx_enable)
+        m.d.comb += tx_enable_buffer.o.eq(1)
+        for i in range(8):
+            led = platform.request("led", i, dir="-")
+            m.submodules[f"led{i}"] = buffer = io.Buffer("o", led)
+            m.d.comb += buffer.o.eq(device.leds[i])
+        return m

