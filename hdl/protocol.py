@@ -273,10 +273,12 @@ class CommandProtocol(wiring.Component):
                 with m.If(self.cmd.ready):
                     m.next = "SETTLE_OK"
             with m.State("FEED"):
-                m.d.comb += [self.cmd.valid.eq(1), op.eq(Op.FEED),
-                             arg.eq(buffer_read.data)]
+                # The token goes through a register: the engine judges it in the same cycle.
+                m.d.sync += [token.eq(buffer_read.data), received.eq(received + 1)]
+                m.next = "FEED_OFFER"
+            with m.State("FEED_OFFER"):
+                m.d.comb += [self.cmd.valid.eq(1), op.eq(Op.FEED), arg.eq(token)]
                 with m.If(self.cmd.ready):
-                    m.d.sync += received.eq(received + 1)
                     m.next = "FEED_WAIT"
             with m.State("FEED_WAIT"):
                 with m.If(~self.status.busy & (received == length)):

@@ -25,13 +25,15 @@ def macs_per_token(model, pos):
     return matrices, attention
 
 
-def measure(model, lanes, name="cycles"):
+def measure(model, lanes, name="cycles", quiet=True):
     """Cycles of the step at every position 0..seq_len−1, as a list."""
     report = BUILD_ROOT / name / "cycles.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
     params = {"model": model.to_json(), "lanes": lanes, "prompts": [[0]], "seed": 0,
               "report": str(report)}
     run_bench(Engine(model, lanes=lanes), name=name, test_module="sim.bench_engine",
-              params=params, testcase="generations_match_golden")
+              params=params, testcase="generations_match_golden",
+              log_file=report.parent / "simulation.log" if quiet else None)
     cycles = dict(json.loads(report.read_text())["cycles"])
     return [cycles[p] for p in range(model.seq_len)]
 

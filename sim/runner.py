@@ -29,7 +29,7 @@ def verilog_for_icarus(component, name):
     return _WAKE.sub(lambda m: f"reg {m[1]} = 0;\n  initial #1 {m[1]} = 1;", text)
 
 
-def run_bench(component, *, name, test_module, params, testcase=None, build_dir=None):
+def run_bench(component, *, name, test_module, params, testcase=None, build_dir=None, log_file=None):
     """Convert ``component`` to Verilog as module ``name`` and run ``test_module`` against it."""
     build_dir = Path(build_dir) if build_dir else BUILD_ROOT / name
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -42,7 +42,7 @@ def run_bench(component, *, name, test_module, params, testcase=None, build_dir=
                  timescale=("1ns", "1ps"), always=True)
     results = runner.test(test_module=test_module, hdl_toplevel=name, build_dir=build_dir,
                           testcase=testcase, extra_env={"BENCH_PARAMS": str(params_file)},
-                          timescale=("1ns", "1ps"),
+                          timescale=("1ns", "1ps"), log_file=log_file,
                           waves=bool(os.environ.get("WAVES")))
     # Under pytest the runner itself fails the test; elsewhere (benchmarks) check here.
     tests, failed = get_results(Path(results))

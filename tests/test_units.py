@@ -18,3 +18,17 @@ def test_kv_cache(d_model, seq_len):
     params = {"d_model": d_model, "seq_len": seq_len, "seed": seq_len, "rounds": 4}
     run_bench(KVCache(d_model, seq_len), name=f"kv_cache_{d_model}_{seq_len}",
               test_module="sim.bench_kv_cache", params=params)
+
+
+@pytest.mark.parametrize("divisor", [4, 15, 33])
+def test_uart(divisor):
+    from hdl.uart import UART
+    run_bench(UART(divisor), name=f"uart_{divisor}", test_module="sim.bench_uart",
+              params={"divisor": divisor, "seed": divisor})
+
+
+def test_uart_divisor_is_checked():
+    from hdl.uart import divisor_for
+    assert divisor_for(45_000_000, 3_000_000) == (15, 0.0)
+    with pytest.raises(ValueError, match="too slow"):
+        divisor_for(9_000_000, 3_000_000)

@@ -1,0 +1,1 @@
+"""Benchmarks: figures printed from one run, never pass/fail on speed."""

@@ -1,0 +1,152 @@
+"""The decode step in C, generated from a model file and built with the system C compiler.
+
+A fair CPU baseline: the tables are compile-time constants, int64 arithmetic as in the
+reference, one core. Its tokens are checked against the golden model before it is timed.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["c_source", "CDecoder"]
+
+TEMPLATE = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define D {d}
+#define H {h}
+#define HD {hd}
+#define DFF {dff}
+#define V {v}
+#define C {c}
+#define NLUT {nlut}
+
+{tables}
+
+static inline int64_t rq(int64_t x, int64_t m, int s) {{ return (x * m) >> s; }}
+static inline int64_t c8(int64_t x) {{ return x < -128 ? -128 : (x > 127 ? 127 : x); }}
+static inline int64_t fdiv(int64_t a, int64_t b) {{ int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q; }}
+
+static int64_t K[C][D], Vc[C][D];
+
+static int step(int tok, int pos) {{
+    int64_t x[D], xi[D], q[D], ci[D], s1[D], hi[D], fi[DFF], oi[D], acc;
+    for (int e = 0; e < D; e++) {{ x[e] = EinA[tok * D + e] + PinA[pos * D + e]; xi[e] = c8(rq(x[e], R_QKV)); }}
+    for (int j = 0; j < D; j++) {{
+        int64_t a = 0, b = 0, c = 0;
+        for (int e = 0; e < D; e++) {{ a += xi[e] * Wq[e * D + j]; b += xi[e] * Wk[e * D + j]; c += xi[e] * Wv[e * D + j]; }}
+        q[j] = c8(rq(a, M_Q)); K[pos][j] = c8(rq(b, M_K)); Vc[pos][j] = c8(rq(c, M_V));
+    }}
+    for (int g = 0; g < H; g++) {{
+        int64_t s[C], w[C], m = 0, den = 0;
+        for (int j = 0; j <= pos; j++) {{
+            acc = 0;
+            for (int e = g * HD; e < g * HD + HD; e++) acc += q[e] * K[j][e];
+            s[j] = acc; if (j == 0 || acc > m) m = acc;
+        }}
+        for (int j = 0; j <= pos; j++) {{
+            int64_t idx = rq(m - s[j], M_SCORE); idx = idx < 0 ? 0 : (idx > NLUT - 1 ? NLUT - 1 : idx);
+            w[j] = E[idx]; den += w[j];
+        }}
+        for (int e = g * HD; e < g * HD + HD; e++) {{
+            int64_t num = 0;
+            for (int j = 0; j <= pos; j++) num += w[j] * Vc[j][e];
+            ci[e] = c8(rq(fdiv(num, den), R_CTX));
+        }}
+    }}
+    for (int j = 0; j < D; j++) {{
+        acc = 0; for (int e = 0; e < D; e++) acc += ci[e] * Wo[e * D + j];
+        s1[j] = x[j] + rq(acc, M_O); hi[j] = c8(rq(s1[j], R_FFN));
+    }}
+    for (int j = 0; j < DFF; j++) {{
+        acc = 0; for (int e = 0; e < D; e++) acc += hi[e] * W1[e * DFF + j];
+        int64_t r = rq(acc, M_H); fi[j] = c8(rq(r < 0 ? 0 : r, R_HID));
+    }}
+    for (int j = 0; j < D; j++) {{
+        acc = 0; for (int e = 0; e < DFF; e++) acc += fi[e] * W2[e * D + j];
+        oi[j] = c8(rq(s1[j] + rq(acc, M_F), R_OUT));
+    }}
+    int best = 0; int64_t top = 0;
+    for (int t = 0; t < V; t++) {{
+        acc = 0; for (int e = 0; e < D; e++) acc += oi[e] * Eq[t * D + e];
+        if (t == 0 || acc > top) {{ top = acc; best = t; }}
+    }}
+    return best;
+}}
+
+/* argv: repetitions, then the prompt's tokens; generates to the end of the context. */
+int main(int argc, char **argv) {{
+    int reps = atoi(argv[1]), n = argc - 2, out[C];
+    int prompt[C];
+    for (int i = 0; i < n; i++) prompt[i] = atoi(argv[2 + i]);
+    int total = C, generated = C - n + 1;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int r = 0; r < reps; r++) {{
+        int tok = prompt[0];
+        for (int pos = 0; pos < total; pos++) {{
+            int next = step(tok, pos);
+            if (pos >= n - 1) out[pos - n + 1] = next;
+            tok = pos + 1 < n ? prompt[pos + 1] : next;
+        }}
+    }}
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    for (int i = 0; i < generated; i++) printf("GEN %d %d\n", i, out[i]);
+    double ns = (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec);
+    printf("NS_PER_TOKEN %.3f\n", ns / ((double)reps * total));
+    return 0;
+}}
+"""
+
+
+def _table(name, values):
+    values = [int(v) for v in values]
+    return f"static const int64_t {name}[{max(1, len(values))}] = {{{','.join(map(str, values))}}};"
+
+
+def c_source(model):
+    w, r = model.weights, model.requant
+    tables = [_table(name, w[key].ravel()) for name, key in
+              (("Wq", "Wq"), ("Wk", "Wk"), ("Wv", "Wv"), ("Wo", "Wo"), ("W1", "W1"), ("W2", "W2"), ("Eq", "Eq"))]
+    tables += [_table("EinA", model.embed.ravel()), _table("PinA", model.positions.ravel()),
+               _table("E", model.exp_lut)]
+    for key in ("r_qkv", "r_ffn", "r_out", "r_ctx", "r_hid", "M_q", "M_k", "M_v", "M_o", "M_h", "M_f", "M_score"):
+        m, s = r[key]
+        tables.append(f"#define {key.upper()} {m}LL, {s}")
+    return TEMPLATE.format(d=model.d_model, h=model.n_heads, hd=model.head_dim, dff=model.d_ff,
+                           v=model.vocab, c=model.seq_len, nlut=model.nlut, tables="\n".join(tables))
+
+
+class CDecoder:
+    """The compiled decoder of one model."""
+
+    def __init__(self, model, compiler=None):
+        self.model = model
+        compiler = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            raise RuntimeError("no C compiler found (set CC)")
+        self.workdir = Path(tempfile.mkdtemp(prefix="cdecoder_"))
+        source = self.workdir / "decoder.c"
+        source.write_text(c_source(model))
+        self.binary = self.workdir / "decoder"
+        subprocess.run([compiler, "-O2", "-march=native", "-o", str(self.binary), str(source)], check=True)
+
+    def run(self, prompt, repetitions=1):
+        """Generate to the end of the context; returns ``(tokens, ns_per_step)``."""
+        result = subprocess.run([str(self.binary), str(repetitions), *map(str, prompt)],
+                                capture_output=True, text=True, check=True)
+        tokens, ns = [], None
+        for line in result.stdout.splitlines():
+            if line.startswith("GEN "):
+                tokens.append(int(line.split()[2]))
+            elif line.startswith("NS_PER_TOKEN "):
+                ns = float(line.split()[1])
+        return tokens, ns
+
+    def close(self):
+        shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,129 @@
+"""The engine against a CPU core, side by side: ``python -m bench.speed``.
+
+For the shipped model and seed-size random models, from one run: the engine's cycles per
+token counted in simulation (mean over a whole context) times the fmax of the built ULX3S-85F
+design; the golden NumPy model and a compiled C decoder on one core of this machine (its
+tokens checked against the golden model's); and the MAC-bound floor for the multipliers the
+engine uses. Also writes a plot of cycles per token against position, and a table of cycles
+per token for d_model 16, 32 and 64.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from int8model import Golden, load
+from int8model.synthetic import random_model
+from sim.cycles import macs_per_token, measure
+
+from .c_decoder import CDecoder
+
+__all__ = ["main"]
+
+
+def golden_us_per_token(model, prompt, repetitions=20):
+    golden = Golden(model)
+    count = model.seq_len - len(prompt) + 1
+    started = time.perf_counter()
+    for _ in range(repetitions):
+        for _ in golden.generate(prompt, count):
+            pass
+    return (time.perf_counter() - started) / (repetitions * model.seq_len) * 1e6
+
+
+def c_ns_per_token(model, prompt):
+    decoder = CDecoder(model)
+    try:
+        tokens, ns = decoder.run(prompt, repetitions=2000)
+    finally:
+        decoder.close()
+    want = [t.next for t in Golden(model).generate(prompt, model.seq_len - len(prompt) + 1)]
+    if tokens != want:
+        raise AssertionError("the C decoder disagrees with the golden model")
+    return ns
+
+
+def floor_cycles(model, lanes):
+    macs = [sum(macs_per_token(model, p)) for p in range(model.seq_len)]
+    return sum(macs) / len(macs) / (lanes + model.d_model)
+
+
+def plot(path, series):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for label, cycles in series.items():
+        axes.plot(range(len(cycles)), cycles, marker=".", label=label)
+    axes.set_xlabel("position")
+    axes.set_ylabel("cycles per token")
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    axes.set_title("decode step, cycles per token (simulated)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
+    parser.add_argument("--report", type=Path, default=Path("build/ulx3s/report.json"),
+                        help="the build report whose fmax to use (python -m hdl.build writes it)")
+    parser.add_argument("--fmax", type=float, help="fmax in MHz, instead of a build report's")
+    parser.add_argument("--out", type=Path, default=Path("build/bench"))
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+    if args.fmax:
+        fmax, source = args.fmax, "given"
+    elif args.report.exists():
+        report = json.loads(args.report.read_text())
+        fmax, source = report["fmax_mhz"], f"{args.report} ({report['device']}, {report['identity'][13:25]}…)"
+    else:
+        print(f"error: no build report at {args.report}: run python -m hdl.build --board ulx3s first, "
+              "or give --fmax", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    shipped = load(args.model)
+    rng = np.random.default_rng(2026)
+    models = {"shipped " + args.model.stem: shipped}
+    for seed in (1, 2):
+        models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
+    prompt = [1, 2, 3]
+    print(f"fmax {fmax:.2f} MHz, from {source}")
+    header = (f"{'model':24s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} {'engine tok/s':>12s} "
+              f"{'C us':>6s} {'C tok/s':>9s} {'NumPy us':>8s} {'engine/C':>8s}")
+    print(header)
+    series = {}
+    for label, model in models.items():
+        lanes = model.d_model
+        cycles = measure(model, lanes, name=f"bench_{model.sha256[:12]}")
+        series[label] = cycles
+        mean = sum(cycles) / len(cycles)
+        engine_us = mean / fmax
+        c_us = c_ns_per_token(model, prompt) / 1000
+        numpy_us = golden_us_per_token(model, prompt)
+        print(f"{label:24s} {mean:10.1f} {floor_cycles(model, lanes):6.1f} {engine_us:9.3f} "
+              f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {numpy_us:8.1f} {c_us / engine_us:8.2f}x",
+              flush=True)
+    plot(args.out / "cycles_per_position.png", series)
+    print(f"plot: {args.out / 'cycles_per_position.png'}")
+
+    print("\ncycles per token by d_model (n_heads 4, d_ff = d_model, vocab 32, seq_len 32, lanes = d_model)")
+    print(f"{'d_model':>7s} {'pos 0':>6s} {'pos 16':>6s} {'pos 31':>6s} {'mean':>7s} {'floor':>6s}")
+    for d in (16, 32, 64):
+        model = random_model(np.random.default_rng(d), d, 4, d, 32, 32)
+        cycles = measure(model, d, name=f"bench_d{d}")
+        print(f"{d:7d} {cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "
+              f"{floor_cycles(model, d):6.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
