@@ -12,7 +12,7 @@ import numpy as np
 
 from .bounds import analyse
 
-__all__ = ["DecodeError", "rq", "c8", "to8", "fdiv", "matvec", "attention", "argmax", "Trace", "Golden"]
+__all__ = ["DecodeError", "check_generation", "rq", "c8", "to8", "fdiv", "matvec", "attention", "argmax", "Trace", "Golden"]
 
 
 class DecodeError(ValueError):
@@ -64,6 +64,22 @@ def attention(q, keys, values, n_heads, score_pair, exp_lut):
     num = np.einsum("hj,jhd->hd", weights, vh)
     ctx = fdiv(num, den[:, None])
     return scores, lut_index, weights, den, num, ctx
+
+
+def check_generation(model, prompt, count):
+    """Refuse, before anything runs, a generation that no decoder could serve."""
+    if not prompt:
+        raise DecodeError("the prompt is empty: a generation needs at least one token")
+    if count < 1:
+        raise DecodeError(f"cannot generate {count} tokens")
+    for tok in prompt:
+        if not (isinstance(tok, (int, np.integer)) and 0 <= tok < model.vocab):
+            raise DecodeError(f"token {tok} is outside the vocab 0..{model.vocab - 1}")
+    steps = len(prompt) + count - 1
+    if steps > model.seq_len:
+        raise DecodeError(
+            f"{len(prompt)} prompt tokens and {count} generated need {steps} positions, "
+            f"but the cache holds seq_len {model.seq_len}")
 
 
 def argmax(logits):
@@ -159,17 +175,7 @@ class Golden:
         Refuses, before any step runs, a prompt and count that would run past ``seq_len``.
         """
         prompt = list(prompt)
-        if not prompt:
-            raise DecodeError("the prompt is empty: a generation needs at least one token")
-        if count < 1:
-            raise DecodeError(f"cannot generate {count} tokens")
-        for tok in prompt:
-            self.check_token(tok)
-        steps = len(prompt) + count - 1
-        if steps > self.model.seq_len:
-            raise DecodeError(
-                f"{len(prompt)} prompt tokens and {count} generated need {steps} positions, "
-                f"but the cache holds seq_len {self.model.seq_len}")
+        check_generation(self.model, prompt, count)
         self.reset()
         for tok in prompt[:-1]:
             self.step(tok)
