@@ -46,3 +46,12 @@ def test_random_models(shape):
     prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
     run("engine_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=sum(shape),
         testcase="generations_match_golden")
+
+
+@pytest.mark.slow
+def test_largest_shape():
+    """d_model 64, d_ff 256, vocab 256, seq_len 256: the largest shape the engine takes."""
+    rng = np.random.default_rng(64)
+    model = random_model(rng, 64, 8, 256, 256, 256)
+    prompt = rng.integers(0, 256, size=200).tolist()
+    run("engine_largest", model, 64, [prompt], seed=64, testcase="generations_match_golden")
