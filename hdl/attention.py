@@ -35,12 +35,12 @@ class Attention(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"value", "tag": 1})))``
         ``ci`` in column order (at most int8 wide); ``tag`` marks the last column.
 
-    Latency: ``2·(pos + 1) + 10`` cycles to the first ``ci``, then one per cycle.
+    Latency: ``2·(pos + 1) + 12`` cycles to the first ``ci``, then one per cycle.
     Multipliers: ``d_model`` (shared by the two row phases) plus ``n_heads`` for ``M_score``.
     """
 
-    SCORE_LATENCY = 3   # issue → products → head sums → score written
-    WEIGHT_LATENCY = 5  # issue → gap → × M_score → LUT/V read → products → num
+    SCORE_LATENCY = 4   # issue → K row → operands → products → head sums, written
+    WEIGHT_LATENCY = 6  # issue → gap → × M_score → LUT/V read → operands → products → num
 
     def __init__(self, model, bounds):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
@@ -84,8 +84,11 @@ class Attention(wiring.Component):
         operand_a = [Signal(signed(self.operand_bits), name=f"a{e}") for e in range(d)]
         operand_b = [Signal(signed(8), name=f"b{e}") for e in range(d)]
         products = [Signal(signed(self.product_bits), name=f"p{e}") for e in range(d)]
-        for a, bb, p in zip(operand_a, operand_b, products):
-            m.d.sync += p.eq(a * bb)
+        # Operands are registered: the phase select fans out to every multiplier.
+        registered_a = [Signal.like(a, name=f"ra{e}") for e, a in enumerate(operand_a)]
+        registered_b = [Signal.like(b, name=f"rb{e}") for e, b in enumerate(operand_b)]
+        for a, bb, ra, rb, p in zip(operand_a, operand_b, registered_a, registered_b, products):
+            m.d.sync += [ra.eq(a), rb.eq(bb), p.eq(ra * rb)]
 
         # -- Phase 1: scores.
         score_layout = data.ArrayLayout(signed(self.score_bits), heads)
@@ -104,13 +107,13 @@ class Attention(wiring.Component):
         for g in range(heads):
             m.d.sync += head_sums[g].eq(sum(products[g * hd:(g + 1) * hd]))
         m.d.comb += [
-            score_write.addr.eq(s_row[2]),
+            score_write.addr.eq(s_row[3]),
             score_write.data.eq(head_sums),
-            score_write.en.eq(scoring & s_valid[2]),
+            score_write.en.eq(scoring & s_valid[3]),
         ]
-        with m.If(scoring & s_valid[2]):
+        with m.If(scoring & s_valid[3]):
             for g in range(heads):
-                with m.If((s_row[2] == 0) | (head_sums[g] > peak[g])):
+                with m.If((s_row[3] == 0) | (head_sums[g] > peak[g])):
                     m.d.sync += peak[g].eq(head_sums[g])
 
         # -- Phase 2: weights, den, num.
@@ -150,9 +153,9 @@ class Attention(wiring.Component):
         with m.If(~scoring & w_valid[3]):
             for g in range(heads):
                 m.d.sync += den[g].eq(Mux(w_row[3] == 0, 0, den[g]) + weights[g])
-        with m.If(~scoring & w_valid[4]):
+        with m.If(~scoring & w_valid[5]):
             for e in range(d):
-                m.d.sync += num[e].eq(Mux(w_row[4] == 0, 0, num[e]) + products[e])
+                m.d.sync += num[e].eq(Mux(w_row[5] == 0, 0, num[e]) + products[e])
 
         # -- Phase 3: the context, through the divider and the r_ctx requant.
         m.submodules.divider = divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=1)

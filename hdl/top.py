@@ -23,6 +23,9 @@ class DeviceTop(wiring.Component):
     clock_hz : int
         The engine clock; with ``baud`` it sets the UART divisor and goes into IDENT.
     lanes : int, MAC lanes (default ``d_model``).
+    frame_timeout : float
+        Seconds of silence inside a frame after which it is dropped as truncated. USB serial
+        adapters deliver a frame in packets up to a millisecond apart, so 10 ms by default.
 
     Ports
     -----
@@ -34,7 +37,7 @@ class DeviceTop(wiring.Component):
     tx: Out(1, init=1)
     leds: Out(8)
 
-    def __init__(self, model, *, clock_hz, baud=DEFAULT_BAUD, lanes=None):
+    def __init__(self, model, *, clock_hz, baud=DEFAULT_BAUD, lanes=None, frame_timeout=0.01):
         self.model, self.clock_hz, self.baud = model, clock_hz, baud
         self.divisor, self.baud_error = divisor_for(clock_hz, baud)
         if self.baud_error > 0.02:
@@ -43,8 +46,7 @@ class DeviceTop(wiring.Component):
         self.engine = Engine(model, lanes=lanes)
         self.lanes = self.engine.lanes
         ident = ident_payload(model, self.lanes, clock_hz, baud)
-        # A frame that stops for 64 byte times is truncated.
-        self.protocol = CommandProtocol(model, ident=ident, timeout=64 * 10 * self.divisor)
+        self.protocol = CommandProtocol(model, ident=ident, timeout=round(frame_timeout * clock_hz))
         self.uart = UART(self.divisor)
         super().__init__()
 

@@ -28,7 +28,10 @@ SIM_BAUD = 3_000_000
 
 def serve(model_path, lanes, ready, parent):
     model = load(model_path)
-    top = DeviceTop(model, clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD, lanes=lanes)
+    # No USB packets here: a frame's bytes come back to back, and 64 byte times of silence
+    # (not the board's 10 ms) keep the truncation tests short.
+    top = DeviceTop(model, clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD, lanes=lanes,
+                    frame_timeout=64 * 10 / SIM_BAUD)
     run_bench(top, name="board", test_module="sim.bench_board", build_dir=ready.parent / "build",
               params={"divisor": top.divisor, "ready": str(ready), "parent": parent})
 
