@@ -72,7 +72,7 @@ def units(model, lanes):
         "attention": Attention(model, b),
         "kv cache": KVCache(model.d_model, model.seq_len),
         "arg-max": ArgMax(engine.matvec.acc_bits, model.vocab),
-        "uart (3 Mbaud at 45 MHz)": UART(15),
+        "uart (3 Mbaud at 60 MHz)": UART(20),
         "engine": engine,
     }
 

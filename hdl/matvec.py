@@ -35,7 +35,7 @@ class MatVec(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"acc", "column", "matrix", "last"})))``
         The accumulators, one per cycle, in column order; ``last`` marks the vector's last.
 
-    Latency: the first output leaves 4 cycles after the last input of the first group.
+    Latency: the first output leaves 5 cycles after the last input of the first group.
     Throughput: one input element per cycle per group, one output per cycle; with
     ``lanes <= rows`` the output never stalls the lanes.
     """
@@ -177,14 +177,21 @@ class MatVec(wiring.Component):
         element = Signal(signed(8))
         m.d.comb += element.eq(Mux(from_input, direct, vector_read.data))
 
+        # -- Operands: the block RAM's output goes straight into a register, not a multiplier.
+        staged = Signal(flags)
+        staged_element = Signal(signed(8))
+        staged_weights = Signal(unsigned(8 * lanes))
+        with m.If(advance):
+            m.d.sync += [staged.eq(read), staged_element.eq(element), staged_weights.eq(weight_read.data)]
+
         # -- Multiply: one int8 × int8 product per lane.
         multiplied = Signal(flags)
         products = [Signal(signed(16), name=f"product{lane}") for lane in range(lanes)]
         with m.If(advance):
-            m.d.sync += multiplied.eq(read)
+            m.d.sync += multiplied.eq(staged)
             for lane, product in enumerate(products):
-                weight = weight_read.data[8 * lane:8 * lane + 8].as_signed()
-                m.d.sync += product.eq(element * weight)
+                weight = staged_weights[8 * lane:8 * lane + 8].as_signed()
+                m.d.sync += product.eq(staged_element * weight)
 
         # -- Accumulate; a group's last row lands in the output buffer instead.
         accumulators = [Signal(signed(self.acc_bits), name=f"acc{lane}") for lane in range(lanes)]
