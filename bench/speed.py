@@ -91,7 +91,6 @@ def main(argv=None):
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     shipped = load(args.model)
-    rng = np.random.default_rng(2026)
     models = {"shipped " + args.model.stem: shipped}
     for seed in (1, 2):
         models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)

@@ -38,7 +38,6 @@ def estimate(model, lanes):
     bound: small ones go to LUT RAM). Multipliers: one per MAC lane and per attention column,
     and two per head and per requant stage for the wide constant products.
     """
-    from .engine import Engine
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
     groups = lambda cols: -(-cols // lanes)
     weight_words = d * groups(3 * d) + d * groups(d) + d * groups(dff) + dff * groups(d) + d * groups(vocab)

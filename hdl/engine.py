@@ -97,7 +97,7 @@ class Engine(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        model, b = self.model, self.bounds
+        model = self.model
         d, vocab, seq_len = model.d_model, model.vocab, model.seq_len
         m.submodules.epilogue = epilogue = self.epilogue
         m.submodules.matvec = matvec = self.matvec

@@ -1,5 +1,5 @@
 from amaranth.hdl import Module, Shape
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["StreamFIFO"]

@@ -2,7 +2,6 @@ import numpy as np
 from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2
 
 from int8model.bounds import Bound, matvec_bound
 

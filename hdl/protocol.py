@@ -10,7 +10,7 @@ Frames (documented in ``docs/protocol.md``, implemented for the host in ``host/p
 
 import enum
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Const, Module, Mux, Signal
 from amaranth.lib import crc, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -2,7 +2,6 @@ from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from int8model.bounds import Bound
 
 __all__ = ["Residual"]
 

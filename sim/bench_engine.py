@@ -9,7 +9,6 @@ import random
 from pathlib import Path
 
 import cocotb
-import numpy as np
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from hdl.engine import Engine, Error, Matrix, Op

@@ -8,7 +8,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from hdl.kv_cache import KVCache
 
 from .bench import start
-from .payload import pack, unpack
+from .payload import unpack
 from .runner import bench_params
 from .streams import StreamSource
 

@@ -2,7 +2,6 @@
 
 import random
 
-import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from .payload import pack, unpack, width

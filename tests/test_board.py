@@ -8,7 +8,7 @@ import pytest
 import serial
 
 from host.device import Device, DeviceError, IdentityMismatch
-from host.protocol import Command, Fault, Reply, crc8, encode_request
+from host.protocol import Command, Fault, crc8, encode_request
 from int8model import Golden, load
 from int8model.format import from_json
 from sim.board import SIM_BAUD, SIM_CLOCK_HZ, SimulatedBoard
