@@ -12,7 +12,7 @@ __all__ = ["Attention"]
 
 
 class Attention(wiring.Component):
-    """LUT-softmax attention of one query over cache rows 0..pos, every head at once (SPEC.md step 3).
+    """LUT-softmax attention of one query over cache rows 0..pos, every head at once (docs/semantics.md, step 3).
 
     Three phases, all heads in parallel:
 

@@ -49,7 +49,7 @@ def status_layout(seq_len):
 
 
 class Engine(wiring.Component):
-    """The decode engine: a whole decode step (SPEC.md steps 1–7) in hardware, and generation.
+    """The decode engine: a whole decode step (docs/semantics.md, steps 1–7) in hardware, and generation.
 
     One sequencer drives five units through a decode step: the embedding ROMs feed the
     :class:`~.epilogue.Epilogue`, whose int8 outputs stream into the :class:`~.matvec.MatVec`

@@ -13,7 +13,7 @@ __all__ = ["Stage", "Epilogue"]
 
 
 class Stage(enum.IntEnum):
-    """What a value passing through the epilogue is (SPEC.md's step it belongs to)."""
+    """What a value passing through the epilogue is (the step of docs/semantics.md it belongs to)."""
     EMBED = 0  # x → store x → xi = to8(x, r_qkv)
     Q = 1      # q = to8(acc, M_q)
     K = 2      # K[pos] = to8(acc, M_k)

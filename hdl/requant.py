@@ -38,7 +38,7 @@ class Rule:
 
 
 class Requant(wiring.Component):
-    """Requantisation, SPEC.md's ``rq`` and ``to8``, exact for any ``(M, S)`` with S in 0..63.
+    """Requantisation, ``rq`` and ``to8`` of docs/semantics.md, exact for any ``(M, S)`` with S in 0..63.
 
     The unit holds a table of :class:`Rule` (constants of the model); each input picks one with
     ``select``. The product is computed at the width that the input's bound times the rule's

@@ -7,7 +7,7 @@ __all__ = ["Residual"]
 
 
 class Residual(wiring.Component):
-    """The residual stream: stores a wide vector and adds it back later (SPEC.md steps 1, 4, 6).
+    """The residual stream: stores a wide vector and adds it back later (docs/semantics.md, steps 1, 4, 6).
 
     Each input carries a rule index (``select``) and a column (``tag``). Per rule, the unit may
     add the column's entry of a stored vector to the value, and may store the result as the

@@ -1,7 +1,7 @@
 """The one-layer int8 model file: loading, validation and identity.
 
 A model file is JSON with the keys ``config``, ``requant``, ``weights_int8``, ``embed_stream`` and
-``exp_lut`` (see SPEC.md). Any other top-level key (a tokenizer, metadata) is kept as it is but
+``exp_lut`` (see docs/semantics.md). Any other top-level key (a tokenizer, metadata) is kept as it is but
 takes no part in the model's identity, which covers only what decides the integer arithmetic.
 """
 

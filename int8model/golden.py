@@ -1,4 +1,4 @@
-"""The golden model: SPEC.md's decode step in NumPy ``int64``, bit for bit.
+"""The golden model: the decode step of docs/semantics.md in NumPy ``int64``, bit for bit.
 
 Every stage is a function of its own so that a hardware unit can be held against exactly the
 stage it implements; :meth:`Golden.step` composes them and returns every intermediate.
@@ -89,7 +89,7 @@ def argmax(logits):
 
 @dataclass(frozen=True)
 class Trace:
-    """Every intermediate of one decode step (SPEC.md's names)."""
+    """Every intermediate of one decode step (the names of docs/semantics.md)."""
     tok: int
     pos: int
     x: np.ndarray
@@ -170,7 +170,7 @@ class Golden:
                      ci, s1, hi, hid, fi, s2, oi, logits, argmax(logits))
 
     def generate(self, prompt, count):
-        """SPEC.md's trace from a fresh cache: yield the :class:`Trace` of each generated token.
+        """The generation of docs/semantics.md from a fresh cache: yield the :class:`Trace` of each generated token.
 
         Refuses, before any step runs, a prompt and count that would run past ``seq_len``.
         """

@@ -1,4 +1,4 @@
-"""A straightforward, loop-by-loop reading of SPEC.md in Python integers.
+"""A straightforward, loop-by-loop reading of docs/semantics.md in Python integers.
 
 Written apart from the golden model (no NumPy, no shared helpers) so that the two can be held
 against each other.
