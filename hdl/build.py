@@ -125,6 +125,7 @@ def text_report(r):
     ]
     for name, u in r["utilisation"].items():
         lines.append(f"  {name:11s} {u['used']:6d} / {u['available']:6d}  ({100 * u['used'] / max(1, u['available']):.1f}%)")
+    lines.append("  (LUT4 as nextpnr counts logic cells: LUT4s, carry chains and LUT RAM together)")
     c = r["cycles_per_token"]
     lines += [
         f"cycles per token (simulated): position 0: {c['first']}, mean over {c['positions']} positions: "
