@@ -31,6 +31,9 @@ class Attention(wiring.Component):
     i : ``In(stream.Signature(StructLayout({"q": ArrayLayout(signed(8), d_model), "pos"})))``
         The query and its position; the cache rows 0..pos must already be written.
     cache : ``Out(CacheRead(d_model, seq_len))``
+    values_ready : ``In(1)``
+        The V row at ``pos`` is written: the weight phase waits for it, so that the score
+        phase can run while V is still being computed.
     o : ``Out(stream.Signature(StructLayout({"value", "tag": 1})))``
         ``ci`` in column order (at most int8 wide); ``tag`` marks the last column.
 
@@ -59,6 +62,7 @@ class Attention(wiring.Component):
             "i": In(stream.Signature(data.StructLayout({
                 "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len)}))),
             "cache": Out(CacheRead(self.d_model, self.seq_len)),
+            "values_ready": In(1),
             "o": Out(stream.Signature(data.StructLayout({
                 "value": signed(self.ctx_rule.result_bound(bounds["ctx"]).bits), "tag": 1}))),
         })
@@ -184,7 +188,7 @@ class Attention(wiring.Component):
                 with m.If(row == pos):
                     m.next = "SCORE_DRAIN"
             with m.State("SCORE_DRAIN"):
-                with m.If(s_valid == 0):
+                with m.If((s_valid == 0) & self.values_ready):
                     m.d.sync += [row.eq(0), scoring.eq(0)]
                     m.next = "WEIGHT"
             with m.State("WEIGHT"):

@@ -190,6 +190,7 @@ class Engine(wiring.Component):
         q = Signal(data.ArrayLayout(signed(8), d))
         k = Signal(data.ArrayLayout(signed(8), d))
         v = Signal(data.ArrayLayout(signed(8), d))
+        keys_done = Signal()
         row_done = Signal()
         with m.If(epilogue.o.valid & collected):
             with m.Switch(stage):
@@ -199,9 +200,18 @@ class Engine(wiring.Component):
                             for e in range(d):
                                 with m.Case(e):
                                     m.d.sync += target[e].eq(epilogue.o.payload.value)
-            m.d.comb += row_done.eq((stage == Stage.V) & (epilogue.o.payload.tag == d - 1))
+            last_column = epilogue.o.payload.tag == d - 1
+            m.d.comb += [keys_done.eq((stage == Stage.K) & last_column),
+                         row_done.eq((stage == Stage.V) & last_column)]
 
         pos = Signal(range(seq_len + 1))
+        # V comes last out of the lanes: attention scores rows while it is made, and waits
+        # for the V row before weighing them.
+        values_done = Signal()
+        values_ready = Signal()
+        with m.If(row_done):
+            m.d.sync += values_done.eq(1)
+        m.d.comb += attention.values_ready.eq(values_ready)
         m.d.comb += [
             cache.write.payload.pos.eq(pos),
             cache.write.payload.k.eq(k),
@@ -235,7 +245,7 @@ class Engine(wiring.Component):
         def start_step(tok):
             m.d.sync += [
                 token.eq(tok), token_base.eq(tok * d), embedding.eq(1), embed_column.eq(0),
-                embed_fetched.eq(0), cycles.eq(1),
+                embed_fetched.eq(0), cycles.eq(1), values_done.eq(0), values_ready.eq(0),
             ]
 
         with m.FSM():
@@ -269,15 +279,23 @@ class Engine(wiring.Component):
                 # Embedding ends once its last column has been taken.
                 with m.If(embedding & (embed_column == d) & embed_advance):
                     m.d.sync += embedding.eq(0)
-                with m.If(row_done):
-                    m.next = "WRITE_ROW"
-            with m.State("WRITE_ROW"):
+                with m.If(keys_done):
+                    m.next = "WRITE_KEYS"
+            with m.State("WRITE_KEYS"):
+                # K[pos] is complete (V[pos] is not yet: it is written again below).
                 m.d.comb += cache.write.valid.eq(1)  # the cache takes a row every cycle
                 m.next = "ATTEND"
             with m.State("ATTEND"):
                 m.d.comb += attention.i.valid.eq(1)
                 with m.If(attention.i.ready):
-                    m.next = "HEAD"
+                    m.next = "WAIT_VALUES"
+            with m.State("WAIT_VALUES"):
+                with m.If(values_done | row_done):
+                    m.next = "WRITE_ROW"
+            with m.State("WRITE_ROW"):
+                m.d.comb += cache.write.valid.eq(1)
+                m.d.sync += values_ready.eq(1)
+                m.next = "HEAD"
             with m.State("HEAD"):
                 m.d.comb += argmax.o.ready.eq(1)
                 with m.If(argmax.o.valid):
