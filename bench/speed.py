@@ -19,7 +19,7 @@ import numpy as np
 
 from int8model import Golden, load
 from int8model.synthetic import random_model
-from sim.cycles import macs_per_token, measure
+from sim.cycles import floor_cycles, measure
 
 from .c_decoder import CDecoder
 
@@ -46,11 +46,6 @@ def c_ns_per_token(model, prompt):
     if tokens != want:
         raise AssertionError("the C decoder disagrees with the golden model")
     return ns
-
-
-def floor_cycles(model, lanes):
-    macs = [sum(macs_per_token(model, p)) for p in range(model.seq_len)]
-    return sum(macs) / len(macs) / (lanes + model.d_model)
 
 
 def plot(path, series):

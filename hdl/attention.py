@@ -182,20 +182,17 @@ class Attention(wiring.Component):
                     m.d.sync += [q.eq(self.i.payload.q), pos.eq(self.i.payload.pos),
                                  row.eq(0), scoring.eq(1)]
                     m.next = "SCORE"
-            with m.State("SCORE"):
-                m.d.comb += issuing.eq(1)
-                m.d.sync += row.eq(row + 1)
-                with m.If(row == pos):
-                    m.next = "SCORE_DRAIN"
+            # A pass issues rows 0..pos, one a cycle, then waits for its pipeline to drain.
+            for phase in ("SCORE", "WEIGHT"):
+                with m.State(phase):
+                    m.d.comb += issuing.eq(1)
+                    m.d.sync += row.eq(row + 1)
+                    with m.If(row == pos):
+                        m.next = f"{phase}_DRAIN"
             with m.State("SCORE_DRAIN"):
                 with m.If((s_valid == 0) & self.values_ready):
                     m.d.sync += [row.eq(0), scoring.eq(0)]
                     m.next = "WEIGHT"
-            with m.State("WEIGHT"):
-                m.d.comb += issuing.eq(1)
-                m.d.sync += row.eq(row + 1)
-                with m.If(row == pos):
-                    m.next = "WEIGHT_DRAIN"
             with m.State("WEIGHT_DRAIN"):
                 with m.If(w_valid == 0):
                     m.d.sync += [column.eq(0), head.eq(0), head_column.eq(0)]

@@ -221,7 +221,6 @@ class Engine(wiring.Component):
         ]
 
         # -- The sequencer.
-        token = Signal(8)
         next_token = Signal(8)
         have_next = Signal()
         remaining = Signal.like(self.cmd.payload.arg)
@@ -244,7 +243,7 @@ class Engine(wiring.Component):
 
         def start_step(tok):
             m.d.sync += [
-                token.eq(tok), token_base.eq(tok * d), embedding.eq(1), embed_column.eq(0),
+                token_base.eq(tok * d), embedding.eq(1), embed_column.eq(0),
                 embed_fetched.eq(0), cycles.eq(1), values_done.eq(0), values_ready.eq(0),
             ]
 

@@ -234,40 +234,38 @@ class CommandProtocol(wiring.Component):
 
             with m.State("DISPATCH"):
                 m.d.sync += received.eq(0)
+                # Every command, and the payload lengths it takes.
+                known = Signal()
+                length_ok = Signal()
                 with m.Switch(command):
-                    with m.Case(Command.IDENT):
-                        with m.If(length != 0):
-                            fail(Fault.LENGTH)
-                        with m.Else():
+                    for name, ok in ((Command.IDENT, length == 0), (Command.RESET, length == 0),
+                                     (Command.STATS, length == 0), (Command.FEED, length != 0),
+                                     (Command.GENERATE, length == 2)):
+                        with m.Case(name):
+                            m.d.comb += [known.eq(1), length_ok.eq(ok)]
+                with m.If(~known):
+                    fail(Fault.UNKNOWN)
+                with m.Elif(~length_ok):
+                    fail(Fault.LENGTH)
+                with m.Else():
+                    with m.Switch(command):
+                        with m.Case(Command.IDENT):
                             reply(Reply.IDENT, "HUNT")
-                    with m.Case(Command.RESET):
-                        with m.If(length != 0):
-                            fail(Fault.LENGTH)
-                        with m.Else():
+                        with m.Case(Command.RESET):
                             m.next = "RESET"
-                    with m.Case(Command.STATS):
-                        with m.If(length != 0):
-                            fail(Fault.LENGTH)
-                        with m.Else():
+                        with m.Case(Command.STATS):
                             m.d.sync += stats.eq(Const(0, 80) | self.status.cycles
                                                  | (self.status.pos << 32) | (self.status.steps << 48))
                             reply(Reply.STATS, "HUNT")
-                    with m.Case(Command.FEED):
-                        with m.If(length == 0):
-                            fail(Fault.LENGTH)
-                        with m.Elif(bad_token):
-                            fail(Fault.TOKEN)
-                        with m.Elif(self.status.pos + length > seq_len):
-                            fail(Fault.POSITION)
-                        with m.Else():
-                            m.next = "FEED"
-                    with m.Case(Command.GENERATE):
-                        with m.If(length != 2):
-                            fail(Fault.LENGTH)
-                        with m.Else():
+                        with m.Case(Command.FEED):
+                            with m.If(bad_token):
+                                fail(Fault.TOKEN)
+                            with m.Elif(self.status.pos + length > seq_len):
+                                fail(Fault.POSITION)
+                            with m.Else():
+                                m.next = "FEED"
+                        with m.Case(Command.GENERATE):
                             m.next = "GENERATE_COUNT"
-                    with m.Default():
-                        fail(Fault.UNKNOWN)
             with m.State("RESET"):
                 m.d.comb += [self.cmd.valid.eq(1), op.eq(Op.NEW)]
                 with m.If(self.cmd.ready):

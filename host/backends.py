@@ -4,9 +4,9 @@ A backend is opened for a model and yields the generated tokens of a prompt: ``g
 NumPy reference; ``sim`` and ``serial`` reach the hardware through the same command protocol.
 """
 
-from int8model.golden import Golden, check_generation as check_request
+from int8model.golden import Golden
 
-__all__ = ["BACKENDS", "open_backend", "check_request", "default_backend", "find_board"]
+__all__ = ["BACKENDS", "open_backend", "default_backend", "find_board"]
 
 
 class GoldenBackend:

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from int8model.format import ModelError, load
-from int8model.golden import DecodeError
+from int8model.golden import DecodeError, check_generation
 from int8model.train import Tokenizer
 
-from .backends import BACKENDS, check_request, default_backend, open_backend
+from .backends import BACKENDS, default_backend, open_backend
 from .device import DeviceError, IdentityMismatch
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "zen32.json"
@@ -52,7 +52,7 @@ def main(argv=None):
         else:
             prompt = args.prompt
         count = args.generate if args.generate is not None else model.seq_len - len(prompt) + 1
-        check_request(model, prompt, count)
+        check_generation(model, prompt, count)
         print(model.identity_line, file=sys.stderr)
         backend_name = args.backend or default_backend()
         backend = open_backend(backend_name, model, port=args.port, model_path=args.model,

@@ -12,7 +12,7 @@ import numpy as np
 
 from .bounds import analyse
 
-__all__ = ["DecodeError", "check_generation", "rq", "c8", "to8", "fdiv", "matvec", "attention", "argmax", "Trace", "Golden"]
+__all__ = ["DecodeError", "check_token", "check_generation", "rq", "c8", "to8", "fdiv", "matvec", "attention", "argmax", "Trace", "Golden"]
 
 
 class DecodeError(ValueError):
@@ -66,6 +66,11 @@ def attention(q, keys, values, n_heads, score_pair, exp_lut):
     return scores, lut_index, weights, den, num, ctx
 
 
+def check_token(model, tok):
+    if not (isinstance(tok, (int, np.integer)) and 0 <= tok < model.vocab):
+        raise DecodeError(f"token {tok} is outside the vocab 0..{model.vocab - 1}")
+
+
 def check_generation(model, prompt, count):
     """Refuse, before anything runs, a generation that no decoder could serve."""
     if not prompt:
@@ -73,8 +78,7 @@ def check_generation(model, prompt, count):
     if count < 1:
         raise DecodeError(f"cannot generate {count} tokens")
     for tok in prompt:
-        if not (isinstance(tok, (int, np.integer)) and 0 <= tok < model.vocab):
-            raise DecodeError(f"token {tok} is outside the vocab 0..{model.vocab - 1}")
+        check_token(model, tok)
     steps = len(prompt) + count - 1
     if steps > model.seq_len:
         raise DecodeError(
@@ -134,14 +138,10 @@ class Golden:
         self.values[:] = 0
         self.pos = 0
 
-    def check_token(self, tok):
-        if not (isinstance(tok, (int, np.integer)) and 0 <= tok < self.model.vocab):
-            raise DecodeError(f"token {tok} is outside the vocab 0..{self.model.vocab - 1}")
-
     def step(self, tok):
         """Run one decode step for ``tok`` at the current position; return its :class:`Trace`."""
         m = self.model
-        self.check_token(tok)
+        check_token(m, tok)
         pos = self.pos
         if pos >= m.seq_len:
             raise DecodeError(f"position {pos} is past the cache: seq_len is {m.seq_len}")
@@ -169,18 +169,25 @@ class Golden:
         return Trace(tok, pos, x, xi, q, k, v, scores, lut_index, weights, den, num, ctx,
                      ci, s1, hi, hid, fi, s2, oi, logits, argmax(logits))
 
-    def generate(self, prompt, count):
-        """The generation of docs/semantics.md from a fresh cache: yield the :class:`Trace` of each generated token.
+    def steps(self, prompt, count):
+        """The generation of docs/semantics.md from a fresh cache: yield the :class:`Trace` of
+        every step, the prompt's and the generated ones.
 
         Refuses, before any step runs, a prompt and count that would run past ``seq_len``.
         """
         prompt = list(prompt)
         check_generation(self.model, prompt, count)
         self.reset()
-        for tok in prompt[:-1]:
-            self.step(tok)
-        trace = self.step(prompt[-1])
-        yield trace
+        for tok in prompt:
+            trace = self.step(tok)
+            yield trace
         for _ in range(count - 1):
             trace = self.step(trace.next)
             yield trace
+
+    def generate(self, prompt, count):
+        """Yield the :class:`Trace` of each generated token (see :meth:`steps`)."""
+        prompt = list(prompt)
+        for index, trace in enumerate(self.steps(prompt, count)):
+            if index >= len(prompt) - 1:
+                yield trace

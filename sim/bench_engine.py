@@ -120,13 +120,8 @@ class TB:
 
 
 async def check_generation(tb, model, prompt, count):
-    golden = Golden(model)
-    traces = list(golden.generate(prompt, count))
-    want = [t.next for t in traces]
-    # The golden traces of every step: prompt steps, then generated steps.
-    golden.reset()
-    all_traces = [golden.step(tok) for tok in prompt[:-1]] + traces[:1]
-    all_traces += traces[1:]
+    all_traces = list(Golden(model).steps(prompt, count))
+    want = [t.next for t in all_traces[len(prompt) - 1:]]
 
     tb.observer.steps.clear()
     status = await tb.command(Op.NEW)

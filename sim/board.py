@@ -1,7 +1,7 @@
 """Run the simulated board and hand out its serial port.
 
 ``python -m sim.board --model models/zen32.json`` prints the pseudo-terminal's path and serves
-until interrupted; :func:`launch` does the same in the background for the host driver.
+until interrupted; :class:`SimulatedBoard` does the same in the background for the host driver.
 """
 
 import argparse
@@ -19,7 +19,7 @@ from int8model.format import load
 
 from .runner import run_bench
 
-__all__ = ["SIM_CLOCK_HZ", "SIM_BAUD", "SimulatedBoard", "launch"]
+__all__ = ["SIM_CLOCK_HZ", "SIM_BAUD", "SimulatedBoard"]
 
 # The simulated UART runs at 4 clocks a bit: the same logic as on the board, far fewer cycles.
 SIM_CLOCK_HZ = 12_000_000
@@ -76,10 +76,6 @@ class SimulatedBoard:
             self.process.wait()
         self.log.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def launch(model_path, lanes=None):
-    return SimulatedBoard(model_path, lanes)
 
 
 def main(argv=None):

@@ -15,7 +15,7 @@ from int8model.format import load
 
 from .runner import BUILD_ROOT, run_bench
 
-__all__ = ["measure", "macs_per_token"]
+__all__ = ["measure", "macs_per_token", "multipliers", "floor_cycles"]
 
 
 def macs_per_token(model, pos):
@@ -23,6 +23,20 @@ def macs_per_token(model, pos):
     matrices = 4 * d * d + 2 * d * dff + vocab * d
     attention = 2 * (pos + 1) * d
     return matrices, attention
+
+
+def multipliers(model, lanes):
+    """The engine's MAC multipliers: its lanes, and the attention unit's row multipliers."""
+    return lanes + model.d_model
+
+
+def mean_macs(model):
+    return sum(sum(macs_per_token(model, p)) for p in range(model.seq_len)) / model.seq_len
+
+
+def floor_cycles(model, lanes):
+    """The MAC-bound floor: mean MACs per token over a context, over the multipliers."""
+    return mean_macs(model) / multipliers(model, lanes)
 
 
 def measure(model, lanes, name="cycles", quiet=True):
@@ -39,16 +53,12 @@ def measure(model, lanes, name="cycles", quiet=True):
 
 
 def summary(model, lanes, cycles):
-    engine_multipliers = lanes + model.d_model  # MAC lanes + the attention unit's row multipliers
-    positions = range(model.seq_len)
-    macs = [sum(macs_per_token(model, p)) for p in positions]
     mean_cycles = sum(cycles) / len(cycles)
-    mean_macs = sum(macs) / len(macs)
-    floor = mean_macs / engine_multipliers
+    floor = floor_cycles(model, lanes)
     return {
         "positions": {p: cycles[p] for p in sorted({0, model.seq_len // 2, model.seq_len - 1})},
-        "mean_cycles": mean_cycles, "mean_macs": mean_macs,
-        "multipliers": engine_multipliers, "floor": floor, "ratio": mean_cycles / floor,
+        "mean_cycles": mean_cycles, "mean_macs": mean_macs(model),
+        "multipliers": multipliers(model, lanes), "floor": floor, "ratio": mean_cycles / floor,
     }
 
 

@@ -9,18 +9,25 @@ from .payload import pack, unpack, width
 __all__ = ["StreamSource", "StreamSink"]
 
 
-class StreamSource:
+class _StreamPort:
+    """The three signals that a stream port flattens into, and the payload's layout."""
+
+    def __init__(self, dut, name, layout, clock, rng):
+        self.valid = getattr(dut, f"{name}__valid")
+        self.ready = getattr(dut, f"{name}__ready")
+        self.payload = getattr(dut, f"{name}__payload")
+        self.layout, self.clock, self.rng = layout, clock, rng
+
+
+class StreamSource(_StreamPort):
     """Drives ``<name>__valid`` and ``<name>__payload``; a payload moves when ``ready`` is high.
 
     ``idle`` is the probability of holding ``valid`` low on a cycle (a stalling producer).
     """
 
     def __init__(self, dut, name, layout, clock, *, idle=0.0, rng=None):
-        self.valid = getattr(dut, f"{name}__valid")
-        self.ready = getattr(dut, f"{name}__ready")
-        self.payload = getattr(dut, f"{name}__payload")
-        self.layout, self.clock, self.idle = layout, clock, idle
-        self.rng = rng or random.Random(0)
+        super().__init__(dut, name, layout, clock, rng or random.Random(0))
+        self.idle = idle
         self.valid.value = 0
 
     async def send(self, items):
@@ -40,15 +47,12 @@ class StreamSource:
         self.valid.value = 0
 
 
-class StreamSink:
+class StreamSink(_StreamPort):
     """Drives ``<name>__ready``, holding it low with probability ``stall`` each cycle."""
 
     def __init__(self, dut, name, layout, clock, *, stall=0.0, rng=None):
-        self.valid = getattr(dut, f"{name}__valid")
-        self.ready = getattr(dut, f"{name}__ready")
-        self.payload = getattr(dut, f"{name}__payload")
-        self.layout, self.clock, self.stall = layout, clock, stall
-        self.rng = rng or random.Random(1)
+        super().__init__(dut, name, layout, clock, rng or random.Random(1))
+        self.stall = stall
         self.ready.value = 0
 
     async def receive(self, count, *, timeout=100_000):
