@@ -37,12 +37,12 @@ class Attention(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"value", "tag": 1})))``
         ``ci`` in column order (at most int8 wide); ``tag`` marks the last column.
 
-    Latency: ``2·(pos + 1) + 12`` cycles to the first ``ci``, then one per cycle.
+    Latency: ``2·(pos + 1) + 15`` cycles to the first ``ci``, then one per cycle.
     Multipliers: ``d_model`` (shared by the two row phases) plus ``n_heads`` for ``M_score``.
     """
 
-    SCORE_LATENCY = 4   # issue → K row → operands → products → head sums, written
-    WEIGHT_LATENCY = 6  # issue → gap → × M_score → LUT/V read → operands → products → num
+    SCORE_LATENCY = 5   # issue → row address → K row → operands → products → head sums, written
+    WEIGHT_LATENCY = 7  # issue → gap → × M_score → index → LUT/V read → operands → products → num
 
     def __init__(self, model, bounds):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
@@ -110,13 +110,13 @@ class Attention(wiring.Component):
         for g in range(heads):
             m.d.sync += head_sums[g].eq(sum(products[g * hd:(g + 1) * hd]))
         m.d.comb += [
-            score_write.addr.eq(s_row[3]),
+            score_write.addr.eq(s_row[4]),
             score_write.data.eq(head_sums),
-            score_write.en.eq(scoring & s_valid[3]),
+            score_write.en.eq(scoring & s_valid[4]),
         ]
-        with m.If(scoring & s_valid[3]):
+        with m.If(scoring & s_valid[4]):
             for g in range(heads):
-                with m.If((s_row[3] == 0) | (head_sums[g] > peak[g])):
+                with m.If((s_row[4] == 0) | (head_sums[g] > peak[g])):
                     m.d.sync += peak[g].eq(head_sums[g])
 
         # -- Phase 2: weights, den, num.
@@ -138,13 +138,17 @@ class Attention(wiring.Component):
             shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
         weights = []
         for g in range(heads):
-            port = lut.read_port()  # one cycle of latency: lands with the V row
             index = scaled[g] >> self.score_rule.shift
-            m.d.comb += port.addr.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
+            clamped = Signal(range(nlut), name=f"lut_index{g}")
+            m.d.sync += clamped.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
+            port = lut.read_port()  # one cycle of latency: lands with the V row
+            m.d.comb += port.addr.eq(clamped)
             weights.append(port.data)
 
-        # The V row is read in step with the LUT: both addresses leave in the fourth cycle.
-        m.d.comb += self.cache.row.eq(Mux(scoring, row, w_row[2]))
+        # The cache's address is registered (it reaches every block RAM of the cache): a K row
+        # arrives two cycles after its issue; the V row in step with the LUT, whose addresses
+        # both leave in the fifth cycle.
+        m.d.sync += self.cache.row.eq(Mux(scoring, row, w_row[2]))
         for e in range(d):
             m.d.comb += [
                 operand_a[e].eq(Mux(scoring, q[e], weights[e // hd])),
@@ -153,12 +157,12 @@ class Attention(wiring.Component):
 
         den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
         num = Signal(data.ArrayLayout(signed(b["num"].bits), d))
-        with m.If(~scoring & w_valid[3]):
+        with m.If(~scoring & w_valid[4]):
             for g in range(heads):
-                m.d.sync += den[g].eq(Mux(w_row[3] == 0, 0, den[g]) + weights[g])
-        with m.If(~scoring & w_valid[5]):
+                m.d.sync += den[g].eq(Mux(w_row[4] == 0, 0, den[g]) + weights[g])
+        with m.If(~scoring & w_valid[6]):
             for e in range(d):
-                m.d.sync += num[e].eq(Mux(w_row[5] == 0, 0, num[e]) + products[e])
+                m.d.sync += num[e].eq(Mux(w_row[6] == 0, 0, num[e]) + products[e])
 
         # -- Phase 3: the context, through the divider and the r_ctx requant.
         m.submodules.divider = divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=1)

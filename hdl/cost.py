@@ -47,7 +47,21 @@ def synthesise(component, name, workdir, *, place=True):
                        cwd=workdir, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         report = json.loads((workdir / f"{name}.report.json").read_text())
         result["fmax"] = min((v["achieved"] for v in report.get("fmax", {}).values()), default=None)
+        result["critical_path"] = report.get("critical_paths", [])
     return result
+
+
+def describe_path(path):
+    """nextpnr's critical path, one line per hop: delay, kind, the cell reached and where in
+    the source the net was made (the lines that explain a slow path)."""
+    lines = []
+    total = 0.0
+    for hop in path:
+        total += hop["delay"]
+        sources = [s for s in hop.get("sources", []) if "/hdl/" in s]
+        where = f"  ({sources[0].rsplit('/', 2)[-2] + '/' + sources[0].rsplit('/', 1)[-1]})" if sources else ""
+        lines.append(f"  {total:6.2f} {hop['delay']:5.2f} {hop['type']:8s} {hop['to']['cell']}{where}")
+    return "\n".join(lines)
 
 
 def units(model, lanes):
@@ -81,6 +95,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hdl.cost", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
     parser.add_argument("--lanes", type=int)
+    parser.add_argument("--unit", action="append", default=[],
+                        help="only the units whose name contains this (repeatable)")
+    parser.add_argument("--paths", action="store_true", help="print each unit's critical path")
     args = parser.parse_args(argv)
     model = load(args.model)
     lanes = args.lanes or model.d_model
@@ -89,10 +106,15 @@ def main(argv=None):
     print(header)
     with tempfile.TemporaryDirectory() as workdir:
         for index, (label, unit) in enumerate(units(model, lanes).items()):
+            if args.unit and not any(name in label for name in args.unit):
+                continue
             r = synthesise(unit, f"unit{index}", workdir)
             fmax = f"{r['fmax']:.1f}" if r.get("fmax") else "-"
             print(f"{label:28s} {r['LUT4']:7d} {r['FF']:7d} {r['CCU2C']:6d} {r['DPR16X4']:7d} "
                   f"{r['MULT18X18D']:6d} {r['DP16KD']:6d} {fmax:>9s}", flush=True)
+            if args.paths:
+                for path in r.get("critical_path", [])[:1]:
+                    print(describe_path(path["path"]), flush=True)
     return 0
 
 

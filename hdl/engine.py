@@ -238,7 +238,8 @@ class Engine(wiring.Component):
             self.status.steps.eq(steps),
             self.tokens.payload.eq(next_token),
         ]
-        op, arg = self.cmd.payload.op, self.cmd.payload.arg
+        op = Signal.like(self.cmd.payload.op)
+        arg = Signal.like(self.cmd.payload.arg)
         m.d.sync += cycles.eq(cycles + 1)
 
         def start_step(tok):
@@ -249,31 +250,38 @@ class Engine(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
+                # The command is registered before it is checked: its checks then start from
+                # registers, not from the far end of the command's producer.
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.sync += error.eq(Error.NONE)
-                    with m.Switch(op):
-                        with m.Case(Op.NEW):
-                            m.d.sync += [pos.eq(0), position_base.eq(0), have_next.eq(0), steps.eq(0)]
-                        with m.Case(Op.FEED):
-                            with m.If(pos >= seq_len):
-                                m.d.sync += error.eq(Error.POSITION)
-                            with m.Elif(arg >= vocab):
-                                m.d.sync += error.eq(Error.TOKEN)
-                            with m.Else():
-                                start_step(arg)
-                                m.d.sync += busy.eq(1)
-                                m.next = "STEP"
-                        with m.Case(Op.GENERATE):
-                            with m.If(~have_next):
-                                m.d.sync += error.eq(Error.NO_PROMPT)
-                            with m.Elif(arg == 0):
-                                m.d.sync += error.eq(Error.COUNT)
-                            with m.Elif(pos + arg - 1 > seq_len):
-                                m.d.sync += error.eq(Error.POSITION)
-                            with m.Else():
-                                m.d.sync += [remaining.eq(arg - 1), busy.eq(1), generating.eq(1)]
-                                m.next = "EMIT"
+                    m.d.sync += [op.eq(self.cmd.payload.op), arg.eq(self.cmd.payload.arg), busy.eq(1)]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                # Busy from the command's acceptance; idle again here unless a step starts.
+                m.d.sync += [error.eq(Error.NONE), busy.eq(0)]
+                m.next = "IDLE"
+                with m.Switch(op):
+                    with m.Case(Op.NEW):
+                        m.d.sync += [pos.eq(0), position_base.eq(0), have_next.eq(0), steps.eq(0)]
+                    with m.Case(Op.FEED):
+                        with m.If(pos >= seq_len):
+                            m.d.sync += error.eq(Error.POSITION)
+                        with m.Elif(arg >= vocab):
+                            m.d.sync += error.eq(Error.TOKEN)
+                        with m.Else():
+                            start_step(arg)
+                            m.d.sync += busy.eq(1)
+                            m.next = "STEP"
+                    with m.Case(Op.GENERATE):
+                        with m.If(~have_next):
+                            m.d.sync += error.eq(Error.NO_PROMPT)
+                        with m.Elif(arg == 0):
+                            m.d.sync += error.eq(Error.COUNT)
+                        with m.Elif(pos + arg - 1 > seq_len):
+                            m.d.sync += error.eq(Error.POSITION)
+                        with m.Else():
+                            m.d.sync += [remaining.eq(arg - 1), busy.eq(1), generating.eq(1)]
+                            m.next = "EMIT"
             with m.State("STEP"):
                 # Embedding ends once its last column has been taken.
                 with m.If(embedding & (embed_column == d) & embed_advance):

@@ -45,7 +45,7 @@ class Epilogue(wiring.Component):
     i : ``In(stream.Signature(StructLayout({"value", "tag", "select"})))``
     o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``, ``value`` int8.
 
-    Latency 7 cycles, throughput one value per cycle.
+    Latency 10 cycles, throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):

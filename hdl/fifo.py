@@ -1,8 +1,45 @@
-from amaranth.hdl import Module, Shape
+from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamFIFO"]
+__all__ = ["StreamFIFO", "SkidBuffer"]
+
+
+class SkidBuffer(wiring.Component):
+    """A register slice for the ready path: ``i.ready`` comes straight from a register.
+
+    A pipeline whose stages all move on ``~o.valid | o.ready`` chains its consumer's readiness
+    through every stage, and on to every stage of its producer: at the width of a datapath
+    that is the slowest net of a design. Behind this buffer the producer sees a ready that
+    only says whether the buffer's one spare slot is empty. Items that arrive while the
+    consumer stalls wait in that slot; valid and payload pass straight through otherwise, so
+    the buffer adds no latency.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(shape))``
+    o : ``Out(stream.Signature(shape))``
+    """
+
+    def __init__(self, shape):
+        self.shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        held = Signal()
+        spare = Signal(self.shape)
+        m.d.comb += [
+            self.i.ready.eq(~held),
+            self.o.valid.eq(held | self.i.valid),
+            self.o.payload.eq(Mux(held, spare, self.i.payload)),
+        ]
+        with m.If(held):
+            with m.If(self.o.ready):
+                m.d.sync += held.eq(0)
+        with m.Elif(self.i.valid & ~self.o.ready):
+            m.d.sync += [held.eq(1), spare.eq(self.i.payload)]
+        return m
 
 
 class StreamFIFO(wiring.Component):

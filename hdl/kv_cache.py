@@ -44,7 +44,10 @@ class KVCache(wiring.Component):
         m = Module()
         m.d.comb += self.write.ready.eq(1)
         for name in ("k", "v"):
-            store = memory.Memory(shape=unsigned(8 * self.d_model), depth=self.seq_len, init=[])
+            # Block RAM even where the rows are few: in distributed RAM, the read address
+            # would fan out to every bit of the cache.
+            store = memory.Memory(shape=unsigned(8 * self.d_model), depth=self.seq_len, init=[],
+                                  attrs={"ram_style": "block"})
             m.submodules[name] = store
             writer = store.write_port()
             reader = store.read_port()  # one cycle of latency

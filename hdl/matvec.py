@@ -5,6 +5,8 @@ from amaranth.lib.wiring import In, Out
 
 from int8model.bounds import Bound, matvec_bound
 
+from .fifo import SkidBuffer
+
 __all__ = ["MatVec"]
 
 INT8 = Bound(-128, 127)
@@ -114,7 +116,7 @@ class MatVec(wiring.Component):
         tail_cols = table([c - (g - 1) * lanes for c, g in zip(self.cols, self.groups)], range(lanes + 1))
         last_col = table([c - 1 for c in self.cols], range(max(self.cols)))
 
-        advance = Signal()
+        advance = Signal(init=1)  # the whole pipeline moves (a register: see the output)
         m.d.comb += [weight_read.en.eq(advance), vector_read.en.eq(advance)]
 
         # -- Issue: one row per cycle, from the input stream (group 0) or the buffer (replay).
@@ -178,10 +180,14 @@ class MatVec(wiring.Component):
 
         # -- Operands: the block RAM's output goes straight into a register, not a multiplier.
         staged = Signal(flags)
-        staged_element = Signal(signed(8))
+        # The element goes to every lane's multiplier: two copies halve that fanout. Their
+        # reset values differ in every bit, or synthesis would merge them back into one.
+        staged_copies = [Signal(signed(8), init=init, name=f"staged_element{index}")
+                         for index, init in enumerate((0, -1))]
         staged_weights = Signal(unsigned(8 * lanes))
         with m.If(advance):
-            m.d.sync += [staged.eq(read), staged_element.eq(element), staged_weights.eq(weight_read.data)]
+            m.d.sync += [staged.eq(read), staged_weights.eq(weight_read.data)]
+            m.d.sync += [copy.eq(element) for copy in staged_copies]
 
         # -- Multiply: one int8 × int8 product per lane.
         multiplied = Signal(flags)
@@ -190,7 +196,7 @@ class MatVec(wiring.Component):
             m.d.sync += multiplied.eq(staged)
             for lane, product in enumerate(products):
                 weight = staged_weights[8 * lane:8 * lane + 8].as_signed()
-                m.d.sync += product.eq(staged_element * weight)
+                m.d.sync += product.eq(staged_copies[2 * lane // lanes] * weight)
 
         # -- Accumulate; a group's last row lands in the output buffer instead.
         accumulators = [Signal(signed(self.acc_bits), name=f"acc{lane}") for lane in range(lanes)]
@@ -199,13 +205,20 @@ class MatVec(wiring.Component):
         out_column = Signal(range(max(self.cols) + lanes))
         out_matrix = Signal(range(n))
 
-        taking = self.o.valid & self.o.ready
-        out_free = Signal()
-        # Not `| taking`: the lanes' readiness must not depend on the consumer's, since in the
-        # engine the consumer's readiness depends on the lanes' (outputs feed the next input).
-        m.d.comb += out_free.eq(out_count == 0)
+        # The output leaves through a register slice: the consumer's readiness would otherwise
+        # reach every lane's output register through the shift below.
+        m.submodules.slice = output = SkidBuffer(self.o.payload.shape())
+        wiring.connect(m, output.o, wiring.flipped(self.o))
+        taking = output.i.valid & output.i.ready
+        # The lanes stall while a finished group waits for the output buffer. `advance` fans
+        # out to every lane's registers, so it is a register itself, computed a cycle ahead
+        # from the next cycle's state (and not from the consumer's readiness: in the engine
+        # that depends on the lanes', since outputs feed the next input).
+        out_free = Signal(init=1)  # out_count == 0
         finishing = multiplied.valid & multiplied.last
-        m.d.comb += advance.eq(~(finishing & ~out_free))
+        next_finishing = Mux(advance, staged.valid & staged.last, finishing)
+        next_out_free = Mux(advance & finishing, 0, Mux(taking, out_count == 1, out_free))
+        m.d.sync += [out_free.eq(next_out_free), advance.eq(~(next_finishing & ~next_out_free))]
 
         with m.If(advance & multiplied.valid):
             for acc, out, product in zip(accumulators, outputs, products):
@@ -216,11 +229,11 @@ class MatVec(wiring.Component):
                     m.d.sync += acc.eq(total)
 
         m.d.comb += [
-            self.o.valid.eq(out_count != 0),
-            self.o.payload.acc.eq(outputs[0]),
-            self.o.payload.column.eq(out_column),
-            self.o.payload.matrix.eq(out_matrix),
-            self.o.payload.last.eq(out_column == last_col[out_matrix]),
+            output.i.valid.eq(~out_free),
+            output.i.payload.acc.eq(outputs[0]),
+            output.i.payload.column.eq(out_column),
+            output.i.payload.matrix.eq(out_matrix),
+            output.i.payload.last.eq(out_column == last_col[out_matrix]),
         ]
         with m.If(advance & finishing):
             m.d.sync += [

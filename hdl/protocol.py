@@ -302,21 +302,20 @@ class CommandProtocol(wiring.Component):
                 m.d.comb += [self.cmd.valid.eq(1), op.eq(Op.GENERATE),
                              arg.eq(count)]
                 with m.If(self.cmd.ready):
-                    m.next = "GENERATE_ACCEPTED"
-            with m.State("GENERATE_ACCEPTED"):
-                # The engine judges the command in the cycle it takes it.
-                errors = Array(Const(FROM_ENGINE.get(e, 0), 8) for e in EngineError)
-                with m.If(self.status.error != EngineError.NONE):
-                    fail(errors[self.status.error])
-                with m.Else():
                     m.next = "GENERATE_TOKENS"
             with m.State("GENERATE_TOKENS"):
+                # The engine is busy from the command's acceptance until the last token; a
+                # command it refuses ends with its error set and no token.
+                errors = Array(Const(FROM_ENGINE.get(e, 0), 8) for e in EngineError)
                 m.d.comb += [self.tokens.ready.eq(1)]
                 with m.If(self.tokens.valid):
                     m.d.sync += token.eq(self.tokens.payload)
                     reply(Reply.TOKEN, "GENERATE_TOKENS")
                 with m.Elif(~self.status.busy):
-                    reply(Reply.OK, "HUNT")
+                    with m.If(self.status.error != EngineError.NONE):
+                        fail(errors[self.status.error])
+                    with m.Else():
+                        reply(Reply.OK, "HUNT")
             sender("HUNT")
             sender("GENERATE_TOKENS")
         return m

@@ -6,6 +6,8 @@ from amaranth.lib.wiring import In, Out
 
 from int8model.bounds import Bound, signed_bits
 
+from .fifo import SkidBuffer
+
 __all__ = ["Rule", "Requant"]
 
 
@@ -61,7 +63,8 @@ class Requant(wiring.Component):
         ``value`` is signed, as wide as the widest result of any rule; ``tag`` and ``select``
         pass through, so that units in a chain can share one rule index.
 
-    Latency 3 cycles, throughput one value per cycle; a stalled output holds the whole pipeline.
+    Latency 4 cycles, throughput one value per cycle; a stalled output holds the whole pipeline
+    (after one more value, which waits in the output's register slice).
     """
 
     def __init__(self, in_bound, rules, *, tag_shape=unsigned(0)):
@@ -92,10 +95,8 @@ class Requant(wiring.Component):
         m = Module()
         rules = self.rules
 
-        # One global enable: every stage moves when the output is free or being taken.
+        # One global enable: every stage moves when the last stage is empty or being taken.
         advance = Signal()
-        m.d.comb += advance.eq(~self.o.valid | self.o.ready)
-        m.d.comb += self.i.ready.eq(advance)
 
         # Stage 1: register the operand and the rule's multiplier (so the product sees registers).
         value = Signal(signed(self.in_bits))
@@ -127,21 +128,41 @@ class Requant(wiring.Component):
                 valid2.eq(valid1),
             ]
 
-        # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter),
-        # then ReLU and saturation.
-        results = []
-        for rule in rules:
-            shifted = product >> rule.shift
-            if rule.relu:
-                shifted = Mux(shifted < 0, 0, shifted)
-            if rule.saturate:
-                shifted = Mux(shifted > 127, 127, Mux(shifted < -128, -128, shifted))
-            results.append(shifted)
+        # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter).
+        shifts = sorted({rule.shift for rule in rules})
+        shifted = Signal(signed(max(self.product_bits - shifts[0], 1)))
+        select3 = Signal.like(select1)
+        tag3 = Signal(self.tag_shape)
+        valid3 = Signal()
         with m.If(advance):
             m.d.sync += [
-                self.o.payload.value.eq(Array(results)[select2]),
-                self.o.payload.tag.eq(tag2),
-                *([self.o.payload.select.eq(select2)] if len(rules) > 1 else []),
-                self.o.valid.eq(valid2),
+                shifted.eq(Array(product >> rule.shift for rule in rules)[select2]),
+                select3.eq(select2),
+                tag3.eq(tag2),
+                valid3.eq(valid2),
+            ]
+
+        # Stage 4: ReLU and saturation, then a register slice, so that the pipeline's enable
+        # comes from registers and the consumer's readiness goes no further than the slice.
+        results = []
+        for rule in rules:
+            result = shifted
+            if rule.relu:
+                result = Mux(result < 0, 0, result)
+            if rule.saturate:
+                result = Mux(result > 127, 127, Mux(result < -128, -128, result))
+            results.append(result)
+        m.submodules.slice = out = SkidBuffer(self.o.payload.shape())
+        wiring.connect(m, out.o, wiring.flipped(self.o))
+        m.d.comb += [
+            advance.eq(~out.i.valid | out.i.ready),
+            self.i.ready.eq(advance),
+        ]
+        with m.If(advance):
+            m.d.sync += [
+                out.i.payload.value.eq(Array(results)[select3]),
+                out.i.payload.tag.eq(tag3),
+                *([out.i.payload.select.eq(select3)] if len(rules) > 1 else []),
+                out.i.valid.eq(valid3),
             ]
         return m

@@ -11,8 +11,8 @@ class Residual(wiring.Component):
 
     Each input carries a rule index (``select``) and a column (``tag``). Per rule, the unit may
     add the column's entry of a stored vector to the value, and may store the result as the
-    column's entry of a vector, before passing it on. The vectors live in small distributed
-    RAMs with asynchronous reads, one word per column.
+    column's entry of a vector, before passing it on. The vectors live in small RAMs, one word
+    per column, read while the input is registered.
 
     Parameters
     ----------
@@ -29,7 +29,7 @@ class Residual(wiring.Component):
     -----
     i, o : ``stream.Signature(StructLayout({"value", "tag", "select"}))``
 
-    Latency 1 cycle, throughput one value per cycle.
+    Latency 2 cycles, throughput one value per cycle.
     """
 
     def __init__(self, in_bound, vectors, rules, out_bound, columns):
@@ -51,32 +51,45 @@ class Residual(wiring.Component):
         m = Module()
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
-        column = self.i.payload.tag
-        taken = self.i.valid & advance
 
+        # Stage 1: the input is registered while its column's stored entries are read.
+        value = Signal.like(self.i.payload.value)
+        column = Signal.like(self.i.payload.tag)
+        select = Signal.like(self.i.payload.select)
+        valid = Signal()
+        with m.If(advance):
+            m.d.sync += [
+                value.eq(self.i.payload.value), column.eq(self.i.payload.tag),
+                select.eq(self.i.payload.select), valid.eq(self.i.valid),
+            ]
         reads, writes = {}, {}
         for name, bound in self.vectors.items():
             store = memory.Memory(shape=signed(bound.bits), depth=self.columns, init=[])
             m.submodules[name] = store
-            reads[name] = store.read_port(domain="comb")
+            # A column is stored long before it is read back (a whole matrix product apart),
+            # so the read needs no bypass of a write in flight.
+            reads[name] = store.read_port(transparent_for=())
             writes[name] = store.write_port()
-            m.d.comb += [reads[name].addr.eq(column), writes[name].addr.eq(column)]
+            m.d.comb += [reads[name].addr.eq(self.i.payload.tag), reads[name].en.eq(advance),
+                         writes[name].addr.eq(column)]
 
+        # Stage 2: add, store, pass on.
         result = Signal(signed(self.out_bound.bits))
-        m.d.comb += result.eq(self.i.payload.value)
-        with m.Switch(self.i.payload.select):
+        m.d.comb += result.eq(value)
+        with m.Switch(select):
             for index, (add_from, store_to) in enumerate(self.rules):
                 with m.Case(index):
                     if add_from is not None:
-                        m.d.comb += result.eq(self.i.payload.value + reads[add_from].data)
+                        m.d.comb += result.eq(value + reads[add_from].data)
                     if store_to is not None:
-                        m.d.comb += [writes[store_to].data.eq(result), writes[store_to].en.eq(taken)]
+                        m.d.comb += [writes[store_to].data.eq(result),
+                                     writes[store_to].en.eq(valid & advance)]
 
         with m.If(advance):
             m.d.sync += [
-                self.o.valid.eq(self.i.valid),
+                self.o.valid.eq(valid),
                 self.o.payload.value.eq(result),
-                self.o.payload.tag.eq(self.i.payload.tag),
-                self.o.payload.select.eq(self.i.payload.select),
+                self.o.payload.tag.eq(column),
+                self.o.payload.select.eq(select),
             ]
         return m
