@@ -13,6 +13,7 @@ from .epilogue import Epilogue, Stage
 from .fifo import StreamFIFO
 from .kv_cache import KVCache
 from .matvec import MatVec
+from .requant import Requant, Rule
 
 __all__ = ["Op", "Error", "Engine", "command_layout", "status_layout"]
 
@@ -72,17 +73,24 @@ class Engine(wiring.Component):
     A rejected command changes nothing but the error code: the cache and position stay.
     """
 
-    def __init__(self, model, *, lanes=None):
+    def __init__(self, model, *, lanes=None, parallel_qkv=True):
         self.model = model
         self.bounds = analyse(model)
         self.lanes = lanes or model.d_model
+        self.parallel_qkv = parallel_qkv
         b = self.bounds
         w = model.weights
         d = model.d_model
         self.epilogue = Epilogue(model, b)
         self.matvec = MatVec(
             [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
-            self.lanes, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
+            self.lanes, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]],
+            banks=3 if parallel_qkv else 1, banked=[Matrix.QKV] if parallel_qkv else [])
+        if parallel_qkv:
+            # k and v leave their banks beside q: each has its own requant, the only step
+            # of the epilogue they need, so that q, k and v are made at once.
+            self.key_requant = Requant(b["acc_k"], [Rule.to8(model.requant["M_k"])], tag_shape=range(d))
+            self.value_requant = Requant(b["acc_v"], [Rule.to8(model.requant["M_v"])], tag_shape=range(d))
         self.attention = Attention(model, b)
         self.cache = KVCache(d, model.seq_len)
         self.argmax = ArgMax(self.matvec.acc_bits, model.vocab)
@@ -190,27 +198,40 @@ class Engine(wiring.Component):
         q = Signal(data.ArrayLayout(signed(8), d))
         k = Signal(data.ArrayLayout(signed(8), d))
         v = Signal(data.ArrayLayout(signed(8), d))
-        keys_done = Signal()
-        row_done = Signal()
-        with m.If(epilogue.o.valid & collected):
-            with m.Switch(stage):
-                for name, target in ((Stage.Q, q), (Stage.K, k), (Stage.V, v)):
-                    with m.Case(name):
-                        with m.Switch(epilogue.o.payload.tag):
-                            for e in range(d):
-                                with m.Case(e):
-                                    m.d.sync += target[e].eq(epilogue.o.payload.value)
-            last_column = epilogue.o.payload.tag == d - 1
-            m.d.comb += [keys_done.eq((stage == Stage.K) & last_column),
-                         row_done.eq((stage == Stage.V) & last_column)]
+        have_q, have_k, have_v = Signal(), Signal(), Signal()  # the vector is complete
+
+        def collect(target, complete, valid, column, value):
+            with m.If(valid):
+                with m.Switch(column):
+                    for e in range(d):
+                        with m.Case(e):
+                            m.d.sync += target[e].eq(value)
+                with m.If(column == d - 1):
+                    m.d.sync += complete.eq(1)
+
+        from_epilogue = epilogue.o.valid & collected
+        collect(q, have_q, from_epilogue & (stage == Stage.Q), epilogue.o.payload.tag, epilogue.o.payload.value)
+        if self.parallel_qkv:
+            m.submodules.key_requant = key_requant = self.key_requant
+            m.submodules.value_requant = value_requant = self.value_requant
+            for requant, bank, target, complete, offset in (
+                    (key_requant, matvec.o1, k, have_k, d), (value_requant, matvec.o2, v, have_v, 2 * d)):
+                m.d.comb += [
+                    requant.i.valid.eq(bank.valid),
+                    requant.i.payload.value.eq(bank.payload.acc),
+                    requant.i.payload.tag.eq(bank.payload.column - offset),
+                    bank.ready.eq(requant.i.ready),
+                    requant.o.ready.eq(1),
+                ]
+                collect(target, complete, requant.o.valid, requant.o.payload.tag, requant.o.payload.value)
+        else:
+            collect(k, have_k, from_epilogue & (stage == Stage.K), epilogue.o.payload.tag, epilogue.o.payload.value)
+            collect(v, have_v, from_epilogue & (stage == Stage.V), epilogue.o.payload.tag, epilogue.o.payload.value)
 
         pos = Signal(range(seq_len + 1))
-        # V comes last out of the lanes: attention scores rows while it is made, and waits
-        # for the V row before weighing them.
-        values_done = Signal()
+        # Attention scores rows as soon as q and K[pos] are there, and waits for the V row
+        # before weighing them (V may come last out of the lanes).
         values_ready = Signal()
-        with m.If(row_done):
-            m.d.sync += values_done.eq(1)
         m.d.comb += attention.values_ready.eq(values_ready)
         m.d.comb += [
             cache.write.payload.pos.eq(pos),
@@ -245,7 +266,8 @@ class Engine(wiring.Component):
         def start_step(tok):
             m.d.sync += [
                 token_base.eq(tok * d), embedding.eq(1), embed_column.eq(0),
-                embed_fetched.eq(0), cycles.eq(1), values_done.eq(0), values_ready.eq(0),
+                embed_fetched.eq(0), cycles.eq(1), values_ready.eq(0),
+                have_q.eq(0), have_k.eq(0), have_v.eq(0),
             ]
 
         with m.FSM():
@@ -286,7 +308,7 @@ class Engine(wiring.Component):
                 # Embedding ends once its last column has been taken.
                 with m.If(embedding & (embed_column == d) & embed_advance):
                     m.d.sync += embedding.eq(0)
-                with m.If(keys_done):
+                with m.If(have_q & have_k):
                     m.next = "WRITE_KEYS"
             with m.State("WRITE_KEYS"):
                 # K[pos] is complete (V[pos] is not yet: it is written again below).
@@ -297,7 +319,7 @@ class Engine(wiring.Component):
                 with m.If(attention.i.ready):
                     m.next = "WAIT_VALUES"
             with m.State("WAIT_VALUES"):
-                with m.If(values_done | row_done):
+                with m.If(have_v):
                     m.next = "WRITE_ROW"
             with m.State("WRITE_ROW"):
                 m.d.comb += cache.write.valid.eq(1)

@@ -1,5 +1,5 @@
 import numpy as np
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,6 +21,11 @@ class MatVec(wiring.Component):
     lane reads its weights from one word of a shared memory that holds every matrix, row by
     row, group after group, so the same lanes serve all the model's matrices in turn.
 
+    With ``banks`` > 1 there are ``banks`` sets of ``lanes`` lanes, each with its own output.
+    A matrix listed in ``banked`` is split into ``banks`` equal blocks of columns, block k
+    computed on bank k at the same time as the others (q, k and v from one pass over x); every
+    other matrix runs on bank 0 alone.
+
     Parameters
     ----------
     matrices : list of 2-D integer arrays (rows × cols, input-major), values in int8
@@ -28,20 +33,24 @@ class MatVec(wiring.Component):
     input_bounds : list of :class:`~int8model.bounds.Bound`, one per matrix
         The range of that matrix's input elements (int8 by default); with the weights it
         bounds the accumulator, whose width is derived from it.
+    banks : int
+    banked : indices of the matrices split over the banks
 
     Ports
     -----
     i : ``In(stream.Signature(StructLayout({"value": signed(8), "matrix": range(n)})))``
         A vector's ``rows`` elements in order, ``matrix`` the same on each.
     o : ``Out(stream.Signature(StructLayout({"acc", "column", "matrix", "last"})))``
-        The accumulators, one per cycle, in column order; ``last`` marks the vector's last.
+        Bank 0's accumulators, one per cycle, in column order; ``last`` marks the last column
+        the bank computes for the vector.
+    o1, o2, … : the same for banks 1, 2, …; ``column`` counts the matrix's columns, not the block's.
 
     Latency: the first output leaves 5 cycles after the last input of the first group.
     Throughput: one input element per cycle per group, one output per cycle; with
     ``lanes <= rows`` the output never stalls the lanes.
     """
 
-    def __init__(self, matrices, lanes, *, input_bounds=None):
+    def __init__(self, matrices, lanes, *, input_bounds=None, banks=1, banked=()):
         self.matrices = [np.asarray(w, dtype=np.int64) for w in matrices]
         if not self.matrices:
             raise ValueError("MatVec needs at least one matrix")
@@ -50,10 +59,15 @@ class MatVec(wiring.Component):
                 raise ValueError("every matrix is a non-empty 2-D int8 array")
         if lanes < 1:
             raise ValueError(f"{lanes} lanes")
-        self.lanes = lanes
+        self.lanes, self.banks, self.banked = lanes, banks, tuple(banked)
         self.rows = [w.shape[0] for w in self.matrices]
         self.cols = [w.shape[1] for w in self.matrices]
-        self.groups = [-(-c // lanes) for c in self.cols]
+        for index in self.banked:
+            if self.cols[index] % banks:
+                raise ValueError(f"matrix {index}'s {self.cols[index]} columns do not split into {banks} banks")
+        # The columns each bank computes of each matrix (0: the bank is idle for it).
+        self.block_cols = [c // banks if index in self.banked else c for index, c in enumerate(self.cols)]
+        self.groups = [-(-c // lanes) for c in self.block_cols]
         self.bases = np.cumsum([0] + [r * g for r, g in zip(self.rows, self.groups)]).tolist()
         self.depth = self.bases[-1]
         input_bounds = input_bounds or [INT8] * len(self.matrices)
@@ -67,32 +81,36 @@ class MatVec(wiring.Component):
                 "value": signed(8),
                 "matrix": range(n),
             }))),
-            "o": Out(stream.Signature(data.StructLayout({
+            **{("o" if bank == 0 else f"o{bank}"): Out(stream.Signature(data.StructLayout({
                 "acc": signed(self.acc_bits),
                 "column": range(max(self.cols)),
                 "matrix": range(n),
                 "last": 1,
-            }))),
+            }))) for bank in range(banks)},
         })
+        self.outputs = [self.o] + [getattr(self, f"o{bank}") for bank in range(1, banks)]
 
     def weight_words(self):
-        """The weight memory's contents: one word per (matrix, group, row), lane l in byte l."""
+        """The weight memory's contents: one word per (matrix, group, row); bank k's lane l in
+        byte ``k · lanes + l``."""
         words = []
-        for w, groups in zip(self.matrices, self.groups):
-            rows, cols = w.shape
+        for index, (w, groups, block) in enumerate(zip(self.matrices, self.groups, self.block_cols)):
+            banks = self.banks if index in self.banked else 1
             for g in range(groups):
-                for e in range(rows):
+                for e in range(w.shape[0]):
                     word = 0
-                    for lane in range(self.lanes):
-                        j = g * self.lanes + lane
-                        if j < cols:
-                            word |= (int(w[e, j]) & 0xff) << (8 * lane)
+                    for bank in range(banks):
+                        for lane in range(self.lanes):
+                            j = g * self.lanes + lane
+                            if j < block:
+                                byte = (int(w[e, bank * block + j]) & 0xff)
+                                word |= byte << (8 * (bank * self.lanes + lane))
                     words.append(word)
         return words
 
     @property
     def multipliers(self):
-        return self.lanes
+        return self.lanes * self.banks
 
     def elaborate(self, platform):
         m = Module()
@@ -100,7 +118,7 @@ class MatVec(wiring.Component):
         n = len(self.matrices)
 
         m.submodules.weights = weights = memory.Memory(
-            shape=unsigned(8 * lanes), depth=self.depth, init=self.weight_words())
+            shape=unsigned(8 * lanes * self.banks), depth=self.depth, init=self.weight_words())
         # Both read ports have one cycle of latency; both pause with the pipeline.
         weight_read = weights.read_port()
         m.submodules.vector = vector = memory.Memory(shape=signed(8), depth=max(self.rows), init=[])
@@ -113,8 +131,7 @@ class MatVec(wiring.Component):
         last_row = table([r - 1 for r in self.rows], range(max(self.rows)))
         last_group = table([g - 1 for g in self.groups], range(max(self.groups)))
         base = table(self.bases[:n], range(self.depth + 1))
-        tail_cols = table([c - (g - 1) * lanes for c, g in zip(self.cols, self.groups)], range(lanes + 1))
-        last_col = table([c - 1 for c in self.cols], range(max(self.cols)))
+        tail_cols = table([c - (g - 1) * lanes for c, g in zip(self.block_cols, self.groups)], range(lanes + 1))
 
         advance = Signal(init=1)  # the whole pipeline moves (a register: see the output)
         m.d.comb += [weight_read.en.eq(advance), vector_read.en.eq(advance)]
@@ -184,66 +201,90 @@ class MatVec(wiring.Component):
         # reset values differ in every bit, or synthesis would merge them back into one.
         staged_copies = [Signal(signed(8), init=init, name=f"staged_element{index}")
                          for index, init in enumerate((0, -1))]
-        staged_weights = Signal(unsigned(8 * lanes))
+        staged_weights = Signal(unsigned(8 * lanes * self.banks))
         with m.If(advance):
             m.d.sync += [staged.eq(read), staged_weights.eq(weight_read.data)]
             m.d.sync += [copy.eq(element) for copy in staged_copies]
 
         # -- Multiply: one int8 × int8 product per lane.
+        all_lanes = lanes * self.banks
         multiplied = Signal(flags)
-        products = [Signal(signed(16), name=f"product{lane}") for lane in range(lanes)]
+        products = [Signal(signed(16), name=f"product{lane}") for lane in range(all_lanes)]
         with m.If(advance):
             m.d.sync += multiplied.eq(staged)
             for lane, product in enumerate(products):
                 weight = staged_weights[8 * lane:8 * lane + 8].as_signed()
-                m.d.sync += product.eq(staged_copies[2 * lane // lanes] * weight)
+                m.d.sync += product.eq(staged_copies[2 * lane // all_lanes] * weight)
 
-        # -- Accumulate; a group's last row lands in the output buffer instead.
-        accumulators = [Signal(signed(self.acc_bits), name=f"acc{lane}") for lane in range(lanes)]
-        outputs = [Signal(signed(self.acc_bits), name=f"out{lane}") for lane in range(lanes)]
-        out_count = Signal(range(lanes + 1))
-        out_column = Signal(range(max(self.cols) + lanes))
-        out_matrix = Signal(range(n))
+        # -- Accumulate; a group's last row lands in the output buffers instead.
+        accumulators = [Signal(signed(self.acc_bits), name=f"acc{lane}") for lane in range(all_lanes)]
+        outputs = [Signal(signed(self.acc_bits), name=f"out{lane}") for lane in range(all_lanes)]
 
-        # The output leaves through a register slice: the consumer's readiness would otherwise
-        # reach every lane's output register through the shift below.
-        m.submodules.slice = output = SkidBuffer(self.o.payload.shape())
-        wiring.connect(m, output.o, wiring.flipped(self.o))
-        taking = output.i.valid & output.i.ready
-        # The lanes stall while a finished group waits for the output buffer. `advance` fans
+        # The lanes stall while a finished group waits for an output buffer. `advance` fans
         # out to every lane's registers, so it is a register itself, computed a cycle ahead
-        # from the next cycle's state (and not from the consumer's readiness: in the engine
+        # from the next cycle's state (and not from a consumer's readiness: in the engine
         # that depends on the lanes', since outputs feed the next input).
-        out_free = Signal(init=1)  # out_count == 0
         finishing = multiplied.valid & multiplied.last
-        next_finishing = Mux(advance, staged.valid & staged.last, finishing)
-        next_out_free = Mux(advance & finishing, 0, Mux(taking, out_count == 1, out_free))
-        m.d.sync += [out_free.eq(next_out_free), advance.eq(~(next_finishing & ~next_out_free))]
+        loading = advance & finishing
+        next_valid = Mux(advance, staged.valid, multiplied.valid)
+        next_last = Mux(advance, staged.last, multiplied.last)
+        next_finishing = next_valid & next_last
+        next_frees = []
+        # The lanes' two enables, registered for the same reason.
+        accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last
+        load = Signal()        # advance & finishing: the group's sums go to the output buffers
 
-        with m.If(advance & multiplied.valid):
-            for acc, out, product in zip(accumulators, outputs, products):
-                total = Mux(multiplied.first, product, acc + product)
-                with m.If(multiplied.last):
-                    m.d.sync += out.eq(total)
-                with m.Else():
-                    m.d.sync += acc.eq(total)
+        for bank, port in enumerate(self.outputs):
+            block = [self.block_cols[index] if index in self.banked or bank == 0 else 0 for index in range(n)]
+            in_bank = table([int(c > 0) for c in block], 1)
+            offset = table([bank * c for c in block], range(max(self.cols) + 1))
+            last_col = table([(bank + 1) * c - 1 if c else 0 for c in block], range(max(self.cols)))
+            count = Signal(range(lanes + 1), name=f"count{bank}")
+            column = Signal(range(max(self.cols) + lanes), name=f"column{bank}")
+            matrix_out = Signal(range(n), name=f"matrix{bank}")
+            free = Signal(init=1, name=f"free{bank}")  # count == 0
+            buffer = outputs[bank * lanes:(bank + 1) * lanes]
 
-        m.d.comb += [
-            output.i.valid.eq(~out_free),
-            output.i.payload.acc.eq(outputs[0]),
-            output.i.payload.column.eq(out_column),
-            output.i.payload.matrix.eq(out_matrix),
-            output.i.payload.last.eq(out_column == last_col[out_matrix]),
-        ]
-        with m.If(advance & finishing):
-            m.d.sync += [
-                out_count.eq(multiplied.count),
-                out_column.eq(multiplied.col_base),
-                out_matrix.eq(multiplied.matrix),
+            # Each output leaves through a register slice: the consumer's readiness would
+            # otherwise reach every lane's output register through the shift below.
+            m.submodules[f"slice{bank}"] = output = SkidBuffer(port.payload.shape())
+            wiring.connect(m, output.o, wiring.flipped(port))
+            taking = output.i.valid & output.i.ready
+            loaded = Mux(in_bank[multiplied.matrix], multiplied.count, 0)
+            next_free = Mux(loading, loaded == 0, Mux(taking, count == 1, free))
+            next_frees.append(next_free)
+            m.d.sync += free.eq(next_free)
+            m.d.comb += [
+                output.i.valid.eq(~free),
+                output.i.payload.acc.eq(buffer[0]),
+                output.i.payload.column.eq(column),
+                output.i.payload.matrix.eq(matrix_out),
+                output.i.payload.last.eq(column == last_col[matrix_out]),
             ]
-        with m.Elif(taking):
-            # Shift the buffer down: the next column's sum moves to the output.
-            m.d.sync += [out_count.eq(out_count - 1), out_column.eq(out_column + 1)]
-            for here, after in zip(outputs, outputs[1:]):
-                m.d.sync += here.eq(after)
+            with m.If(load):
+                m.d.sync += [
+                    count.eq(loaded),
+                    column.eq(multiplied.col_base + offset[multiplied.matrix]),
+                    matrix_out.eq(multiplied.matrix),
+                ]
+            with m.Elif(taking):
+                # Shift the buffer down: the next column's sum moves to the output.
+                m.d.sync += [count.eq(count - 1), column.eq(column + 1)]
+                for here, after in zip(buffer, buffer[1:]):
+                    m.d.sync += here.eq(after)
+
+        next_out_free = Signal()
+        m.d.comb += next_out_free.eq(Cat(*next_frees).all())
+        next_advance = ~(next_finishing & ~next_out_free)
+        m.d.sync += [
+            advance.eq(next_advance),
+            accumulate.eq(next_advance & next_valid & ~next_last),
+            load.eq(next_finishing & next_out_free),
+        ]
+        for acc, out, product in zip(accumulators, outputs, products):
+            total = Mux(multiplied.first, product, acc + product)
+            with m.If(accumulate):
+                m.d.sync += acc.eq(total)
+            with m.If(load):
+                m.d.sync += out.eq(total)
         return m

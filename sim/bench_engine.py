@@ -147,7 +147,7 @@ async def check_generation(tb, model, prompt, count):
 async def generations_match_golden(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"])
+    engine = Engine(model, lanes=params["lanes"], parallel_qkv=params.get("parallel_qkv", True))
     rng = random.Random(params["seed"])
     await start(dut)
     tb = TB(dut, engine, rng)
@@ -165,7 +165,7 @@ async def generations_match_golden(dut):
 async def bad_input_is_reported_and_harmless(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"])
+    engine = Engine(model, lanes=params["lanes"], parallel_qkv=params.get("parallel_qkv", True))
     await start(dut)
     tb = TB(dut, engine, random.Random(1))
     cocotb.start_soon(tb.observer.run())

@@ -14,7 +14,8 @@ from .streams import StreamSink, StreamSource
 
 
 def build(params):
-    return MatVec([np.array(w) for w in params["matrices"]], params["lanes"])
+    return MatVec([np.array(w) for w in params["matrices"]], params["lanes"],
+                  banks=params.get("banks", 1), banked=params.get("banked", ()))
 
 
 def vectors(unit, rng, count):
@@ -42,16 +43,31 @@ async def matvec_matches_golden(dut):
     work = vectors(unit, rng, params["count"])
     await start(dut)
     source = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk, idle=params["idle"], rng=rng)
-    sink = StreamSink(dut, "o", unit.o.payload.shape(), dut.clk, stall=params["stall"], rng=rng)
+    sinks = [StreamSink(dut, "o" if bank == 0 else f"o{bank}", unit.o.payload.shape(), dut.clk,
+                        stall=params["stall"], rng=rng) for bank in range(unit.banks)]
     items = [{"value": v, "matrix": index} for index, x in work for v in x]
     cocotb.start_soon(source.send(items))
-    got = await sink.receive(sum(unit.cols[index] for index, _ in work))
-    at = 0
-    for n, (index, x) in enumerate(work):
-        want = matvec(np.array(x), unit.matrices[index]).tolist()
-        out = got[at:at + unit.cols[index]]
-        at += unit.cols[index]
-        assert [o["matrix"] for o in out] == [index] * len(want), f"vector {n}: matrix ids"
-        assert [o["column"] for o in out] == list(range(len(want))), f"vector {n}: columns"
-        assert [o["last"] for o in out] == [0] * (len(want) - 1) + [1], f"vector {n}: last"
-        assert [o["acc"] for o in out] == want, f"vector {n} (matrix {index}) differs"
+
+    def columns(bank, index):
+        """The columns of matrix `index` that bank `bank` computes."""
+        if index in unit.banked:
+            block = unit.block_cols[index]
+            return list(range(bank * block, (bank + 1) * block))
+        return list(range(unit.cols[index])) if bank == 0 else []
+
+    # Every bank drains at once: one held back would stall the others.
+    receiving = [cocotb.start_soon(sink.receive(sum(len(columns(bank, index)) for index, _ in work)))
+                 for bank, sink in enumerate(sinks)]
+    for bank, task in enumerate(receiving):
+        got = await task
+        at = 0
+        for n, (index, x) in enumerate(work):
+            mine = columns(bank, index)
+            want = matvec(np.array(x), unit.matrices[index])[mine].tolist()
+            out = got[at:at + len(mine)]
+            at += len(mine)
+            where = f"vector {n} (matrix {index}), bank {bank}"
+            assert [o["matrix"] for o in out] == [index] * len(want), f"{where}: matrix ids"
+            assert [o["column"] for o in out] == mine, f"{where}: columns"
+            assert [o["last"] for o in out] == [0] * (len(want) - 1) + [1] * bool(want), f"{where}: last"
+            assert [o["acc"] for o in out] == want, f"{where} differs"

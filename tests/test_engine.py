@@ -11,16 +11,23 @@ from sim.runner import run_bench
 SHIPPED = "models/zen32.json"
 
 
-def run(name, model, lanes, prompts, seed=0, testcase=None, report=None):
+def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, parallel_qkv=True):
     params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
-              "report": report}
-    run_bench(Engine(model, lanes=lanes), name=name, test_module="sim.bench_engine",
+              "report": report, "parallel_qkv": parallel_qkv}
+    run_bench(Engine(model, lanes=lanes, parallel_qkv=parallel_qkv), name=name, test_module="sim.bench_engine",
               params=params, testcase=testcase)
 
 
 def test_shipped_model():
     model = load(SHIPPED)
     run("engine_shipped", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden")
+
+
+def test_shipped_model_sequential_qkv():
+    """q, k and v made one after the other on one bank of lanes (the smaller engine)."""
+    model = load(SHIPPED)
+    run("engine_shipped_sequential", model, 32, [[17, 9]], testcase="generations_match_golden",
+        parallel_qkv=False)
 
 
 def test_bad_input():
@@ -44,8 +51,9 @@ def test_random_models(shape):
     rng = np.random.default_rng(sum(shape))
     model = random_model(rng, d, heads, d_ff, vocab, seq_len, extreme=bool(sum(shape) % 3 == 0))
     prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
+    # Every other shape makes q, k and v one after the other.
     run("engine_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=sum(shape),
-        testcase="generations_match_golden")
+        testcase="generations_match_golden", parallel_qkv=SHAPES.index(shape) % 2 == 0)
 
 
 @pytest.mark.slow

@@ -6,10 +6,12 @@ from int8model.synthetic import random_model
 from sim.runner import run_bench
 
 
-def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3):
+def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, banks=1, banked=()):
     params = {"matrices": [np.asarray(w).tolist() for w in matrices], "lanes": lanes,
-              "seed": seed, "count": count, "idle": idle, "stall": stall}
-    run_bench(MatVec(matrices, lanes), name=name, test_module="sim.bench_matvec", params=params)
+              "seed": seed, "count": count, "idle": idle, "stall": stall,
+              "banks": banks, "banked": list(banked)}
+    run_bench(MatVec(matrices, lanes, banks=banks, banked=banked), name=name,
+              test_module="sim.bench_matvec", params=params)
 
 
 def test_accumulator_width_follows_the_weights():
@@ -39,3 +41,18 @@ def test_model_matrices(lanes):
 def test_full_speed_without_stalls():
     rng = np.random.default_rng(5)
     run("matvec_full_speed", [rng.integers(-128, 128, (16, 40))], lanes=16, seed=5, idle=0, stall=0)
+
+
+@pytest.mark.parametrize("lanes", [3, 8])
+def test_banks_compute_blocks_at_once(lanes):
+    """q, k and v as one banked matrix: each bank its own block of columns and its own output."""
+    rng = np.random.default_rng(100 + lanes)
+    model = random_model(rng, 8, 2, 12, 10, 8)
+    w = model.weights
+    matrices = [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T]
+    run(f"matvec_banks{lanes}", matrices, lanes=lanes, seed=lanes, banks=3, banked=[0])
+
+
+def test_banked_columns_must_split_evenly():
+    with pytest.raises(ValueError, match="do not split into 3 banks"):
+        MatVec([np.zeros((2, 7), dtype=int)], 2, banks=3, banked=[0])
