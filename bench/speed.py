@@ -19,6 +19,7 @@ import numpy as np
 
 from int8model import Golden, load
 from int8model.synthetic import random_model
+from hdl.engine import DEFAULT_WAYS, lanes_for
 from sim.cycles import floor_cycles, measure
 
 from .c_decoder import CDecoder
@@ -71,15 +72,18 @@ def main(argv=None):
     parser.add_argument("--report", type=Path, default=Path("build/ulx3s/report.json"),
                         help="the build report whose fmax to use (python -m hdl.build writes it)")
     parser.add_argument("--fmax", type=float, help="fmax in MHz, instead of a build report's")
+    parser.add_argument("--ways", type=int, help=f"elements a cycle (default: the build report's, else {DEFAULT_WAYS})")
     parser.add_argument("--out", type=Path, default=Path("build/bench"))
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+    ways = args.ways or DEFAULT_WAYS
     if args.fmax:
         fmax, source = args.fmax, "given"
     elif args.report.exists():
         report = json.loads(args.report.read_text())
         fmax, source = report["fmax_mhz"], f"{args.report} ({report['device']}, {report['identity'][13:25]}…)"
+        ways = args.ways or report.get("ways", 1)
     else:
         print(f"error: no build report at {args.report}: run python -m hdl.build --board ulx3s first, "
               "or give --fmax", file=sys.stderr)
@@ -90,32 +94,34 @@ def main(argv=None):
     for seed in (1, 2):
         models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
     prompt = [1, 2, 3]
-    print(f"fmax {fmax:.2f} MHz, from {source}")
+    print(f"fmax {fmax:.2f} MHz, from {source}; {ways} ways")
     header = (f"{'model':24s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} {'engine tok/s':>12s} "
               f"{'C us':>6s} {'C tok/s':>9s} {'NumPy us':>8s} {'engine/C':>8s}")
     print(header)
     series = {}
     for label, model in models.items():
-        lanes = model.d_model
-        cycles = measure(model, lanes, name=f"bench_{model.sha256[:12]}")
+        lanes = lanes_for(model, ways)
+        cycles = measure(model, lanes, ways, name=f"bench_{model.sha256[:12]}_{ways}")
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
         engine_us = mean / fmax
         c_us = c_ns_per_token(model, prompt) / 1000
         numpy_us = golden_us_per_token(model, prompt)
-        print(f"{label:24s} {mean:10.1f} {floor_cycles(model, lanes):6.1f} {engine_us:9.3f} "
+        print(f"{label:24s} {mean:10.1f} {floor_cycles(model, lanes, ways):6.1f} {engine_us:9.3f} "
               f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {numpy_us:8.1f} {c_us / engine_us:8.2f}x",
               flush=True)
     plot(args.out / "cycles_per_position.png", series)
     print(f"plot: {args.out / 'cycles_per_position.png'}")
 
-    print("\ncycles per token by d_model (n_heads 4, d_ff = d_model, vocab 32, seq_len 32, lanes = d_model)")
+    print(f"\ncycles per token by d_model (n_heads 4, d_ff = d_model, vocab 32, seq_len 32, {ways} ways, "
+          f"lanes = d_model rounded up to a multiple of {ways})")
     print(f"{'d_model':>7s} {'pos 0':>6s} {'pos 16':>6s} {'pos 31':>6s} {'mean':>7s} {'floor':>6s}")
     for d in (16, 32, 64):
         model = random_model(np.random.default_rng(d), d, 4, d, 32, 32)
-        cycles = measure(model, d, name=f"bench_d{d}")
+        lanes = lanes_for(model, ways)
+        cycles = measure(model, lanes, ways, name=f"bench_d{d}_{ways}")
         print(f"{d:7d} {cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "
-              f"{floor_cycles(model, d):6.1f}", flush=True)
+              f"{floor_cycles(model, lanes, ways):6.1f}", flush=True)
     return 0
 
 

@@ -1,4 +1,4 @@
-from amaranth.hdl import Module, Signal, signed
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,43 +14,67 @@ class ArgMax(wiring.Component):
         Width of the signed values (the logits' bound).
     length : int
         Most values in one run (the vocab).
+    ways : int
+        Values per input word.
 
     Ports
     -----
-    i : ``In(stream.Signature(StructLayout({"value": signed(value_bits), "last": 1})))``
-        The values in index order; ``last`` ends a run.
+    i : ``In(stream.Signature(StructLayout({"values", "count", "last"})))``
+        The values in index order, ``ways`` a word, the first ``count`` of a word in the run;
+        ``last`` ends a run.
     o : ``Out(stream.Signature(range(length)))``
         The index of the run's first maximum.
 
-    Throughput one value per cycle; the index is valid the cycle after the last value.
+    Throughput one word per cycle; the index is valid two cycles after the last word.
     """
 
-    def __init__(self, value_bits, length):
-        self.value_bits, self.length = value_bits, length
+    def __init__(self, value_bits, length, *, ways=1):
+        self.value_bits, self.length, self.ways = value_bits, length, ways
         super().__init__({
-            "i": In(stream.Signature(data.StructLayout({"value": signed(value_bits), "last": 1}))),
+            "i": In(stream.Signature(data.StructLayout({
+                "values": data.ArrayLayout(signed(value_bits), ways),
+                "count": range(ways + 1),
+                "last": 1,
+            }))),
             "o": Out(stream.Signature(range(length))),
         })
 
     def elaborate(self, platform):
         m = Module()
-        index = Signal(range(self.length))
-        best = Signal(signed(self.value_bits))
-        best_index = Signal(range(self.length))
+        ways = self.ways
+        values, count = self.i.payload.values, self.i.payload.count
 
-        m.d.comb += self.i.ready.eq(~self.o.valid)
+        # Stage 1: the word's first maximum among its counted values. Strictly greater, so
+        # that an equal value later in the word (or the run) never displaces the first.
+        word_best = Signal(signed(self.value_bits))
+        word_offset = Signal(range(ways))
+        word_valid = Signal()
+        word_last = Signal()
+        best, offset = values[0], 0
+        for k in range(1, ways):
+            better = (k < count) & (values[k] > best)
+            best, offset = Mux(better, values[k], best), Mux(better, k, offset)
+        taken = self.i.valid & self.i.ready
+        m.d.sync += [word_valid.eq(taken), word_last.eq(taken & self.i.payload.last)]
+        with m.If(taken):
+            m.d.sync += [word_best.eq(best), word_offset.eq(offset)]
+
+        # Stage 2: against the run's best so far.
+        base = Signal(range(self.length + ways))  # the index of the word's first value
+        run_best = Signal(signed(self.value_bits))
+        run_index = Signal(range(self.length))
+        # One run at a time: its last word goes through before the next run starts.
+        m.d.comb += self.i.ready.eq(~self.o.valid & ~word_last)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
-        with m.If(self.i.valid & self.i.ready):
-            # Strictly greater: an equal value later in the run never displaces the first.
-            better = (index == 0) | (self.i.payload.value > best)
+        with m.If(word_valid):
+            better = (base == 0) | (word_best > run_best)
             winner = Signal(range(self.length))
-            m.d.comb += winner.eq(best_index)
+            m.d.comb += winner.eq(Mux(better, base + word_offset, run_index))
             with m.If(better):
-                m.d.comb += winner.eq(index)
-                m.d.sync += [best.eq(self.i.payload.value), best_index.eq(index)]
-            with m.If(self.i.payload.last):
-                m.d.sync += [index.eq(0), self.o.payload.eq(winner), self.o.valid.eq(1)]
+                m.d.sync += [run_best.eq(word_best), run_index.eq(winner)]
+            with m.If(word_last):
+                m.d.sync += [base.eq(0), self.o.payload.eq(winner), self.o.valid.eq(1)]
             with m.Else():
-                m.d.sync += index.eq(index + 1)
+                m.d.sync += base.eq(base + ways)
         return m

@@ -31,20 +31,19 @@ class FitError(ValueError):
     pass
 
 
-def estimate(model, lanes, parallel_qkv=True):
+def estimate(model, lanes, ways):
     """What the engine needs of a part, estimated before elaboration.
 
     Block RAM: every memory rounded up to whole 18 kbit blocks as Yosys maps them (an upper
-    bound: small ones go to LUT RAM). Multipliers: one per MAC lane and per attention column,
-    and two per head and per requant stage for the wide constant products.
+    bound: small ones go to LUT RAM). Multipliers: ``ways`` per MAC lane, one per attention
+    column, two per head, one per requant stage (two per epilogue) for the wide constant products.
     """
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
-    banks = 3 if parallel_qkv else 1
     groups = lambda cols: -(-cols // lanes)
-    weight_words = (d * groups(3 * d // banks) + d * groups(d) + d * groups(dff) + dff * groups(d)
-                    + d * groups(vocab))
+    steps = lambda rows: -(-rows // ways)
+    weight_words = steps(d) * (groups(3 * d) + groups(d) + groups(dff) + groups(vocab)) + steps(dff) * groups(d)
     memories = {
-        "weights": (weight_words, 8 * lanes * banks),
+        "weights": (weight_words, 8 * lanes * ways),
         "kv_cache": (seq_len, 16 * d),
         "embeddings": (vocab * d + seq_len * d, 24),
         "scores": (seq_len, 24 * model.n_heads),
@@ -57,13 +56,13 @@ def estimate(model, lanes, parallel_qkv=True):
                 break
         blocks += -(-width // block_width) * -(-depth // block_depth)
     bits = sum(depth * width for depth, width in memories.values())
-    multipliers = lanes * banks + d + 2 * model.n_heads + 6 + (2 if parallel_qkv else 0)
+    multipliers = lanes * ways + d + 2 * model.n_heads + 1 + 2 * ways
     return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers}
 
 
-def check_fit(model, lanes, device, parallel_qkv=True):
+def check_fit(model, lanes, ways, device):
     from boards.ulx3s import PARTS
-    need = estimate(model, lanes, parallel_qkv)
+    need = estimate(model, lanes, ways)
     part = PARTS[device]
     short = []
     if need["DP16KD"] > part["DP16KD"]:
@@ -71,12 +70,26 @@ def check_fit(model, lanes, device, parallel_qkv=True):
                      f"the LFE5U-{device} has {part['DP16KD']} ({part['DP16KD'] * BRAM_BITS} bits)")
     if need["MULT18X18D"] > part["MULT18X18D"]:
         short.append(f"multipliers: about {need['MULT18X18D']} MULT18X18D "
-                     f"({lanes * (3 if parallel_qkv else 1)} MAC lanes + {model.d_model} attention + requants), "
+                     f"({lanes} MAC lanes x {ways} ways + {model.d_model} attention + requants), "
                      f"the LFE5U-{device} has {part['MULT18X18D']}")
     if short:
         raise FitError(f"the model does not fit the ULX3S-{device}: " + "; ".join(short)
                        + ". Try a larger part (--device) or fewer lanes (--lanes).")
     return need
+
+
+def choose_ways(model, device, ways=None, lanes=None):
+    """The ways (and lanes) to build with: those asked, else the most the part fits, up to 3."""
+    from .engine import DEFAULT_WAYS, lanes_for
+    for candidate in ([ways] if ways else range(DEFAULT_WAYS, 0, -1)):
+        chosen = lanes or lanes_for(model, candidate)
+        try:
+            check_fit(model, chosen, candidate, device)
+            return candidate, chosen
+        except FitError:
+            if ways or candidate == 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def run_toolchain(build_dir, script, log_path):
@@ -120,8 +133,8 @@ def utilisation(report):
 def text_report(r):
     lines = [
         r["identity"],
-        f"board ULX3S-{r['device']} ({r['part']}), {r['lanes']} MAC lanes "
-        f"x {3 if r['parallel_qkv'] else 1} bank(s) for q/k/v, UART {r['baud']} baud",
+        f"board ULX3S-{r['device']} ({r['part']}), {r['lanes']} MAC lanes x {r['ways']} ways, "
+        f"UART {r['baud']} baud",
         f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz: "
         + ("timing met" if r["timing_met"] else "TIMING MISSED"),
         "utilisation:",
@@ -150,10 +163,10 @@ def main(argv=None):
     parser.add_argument("--clock", type=float, default=DEFAULT_CLOCK_HZ, metavar="HZ",
                         help="engine clock made by the PLL (default: %(default).0f)")
     parser.add_argument("--baud", type=int, default=None, help="UART baud (default: 3000000)")
-    parser.add_argument("--lanes", type=int, help="MAC lanes per bank (default: d_model)")
-    parser.add_argument("--sequential-qkv", action="store_true",
-                        help="make q, k and v in turn on one bank of lanes (default: three banks at "
-                             "once where the part has the multipliers)")
+    parser.add_argument("--ways", type=int, choices=[1, 2, 3, 4],
+                        help="elements a cycle between the units (default: the most the part fits, up to 3)")
+    parser.add_argument("--lanes", type=int,
+                        help="MAC lanes (default: d_model rounded up to a multiple of the ways)")
     parser.add_argument("--out", type=Path, default=Path("build/ulx3s"))
     parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
     args = parser.parse_args(argv)
@@ -164,20 +177,9 @@ def main(argv=None):
 
     try:
         model = load(args.model)
-        lanes = args.lanes or model.d_model
         print(model.identity_line)
-        parallel = not args.sequential_qkv
-        try:
-            check_fit(model, lanes, args.device, parallel)
-        except FitError:
-            if not parallel:
-                raise
-            check_fit(model, lanes, args.device, parallel_qkv=False)
-            parallel = False
-            print(f"note: three banks of lanes do not fit the {args.device}: q, k and v are made in turn",
-                  file=sys.stderr)
-        top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, lanes=lanes,
-                       parallel_qkv=parallel)
+        ways, lanes = choose_ways(model, args.device, args.ways, args.lanes)
+        top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, lanes=lanes, ways=ways)
     except (ModelError, BoundsError, FitError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -187,7 +189,7 @@ def main(argv=None):
     build_dir = out / "gateware"
     if build_dir.exists():
         shutil.rmtree(build_dir)
-    print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {lanes} lanes",
+    print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {lanes} lanes x {ways} ways",
           file=sys.stderr)
     plan = platform.build(top, name="top", do_build=False,
                           # Later YoWASP Yosys builds only map LUTs with ABC9, which fails on this
@@ -203,14 +205,13 @@ def main(argv=None):
     report = json.loads((build_dir / "report.json").read_text())
     fmax = min(v["achieved"] for v in report["fmax"].values())
     print("counting cycles per token in simulation", file=sys.stderr)
-    cycles = measure(model, lanes, name=f"build_cycles_{model.sha256[:12]}_{lanes}_{int(parallel)}",
-                     parallel_qkv=parallel)
+    cycles = measure(model, lanes, ways, name=f"build_cycles_{model.sha256[:12]}_{lanes}_{ways}")
     mean = sum(cycles) / len(cycles)
     shutil.copy(build_dir / "top.bit", out / "top.bit")
     result = {
         "identity": model.identity_line, "model_sha256": model.sha256, "model_file": str(args.model),
         "board": "ulx3s", "device": args.device, "part": platform.device, "lanes": lanes,
-        "parallel_qkv": parallel,
+        "ways": ways,
         "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
         "timing_met": fmax * 1e6 >= top.clock_hz,
         "utilisation": {k: {"used": v["used"], "available": v["available"]}

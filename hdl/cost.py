@@ -18,6 +18,8 @@ from amaranth.back import rtlil
 from int8model.bounds import analyse
 from int8model.format import load
 
+from .engine import lanes_for
+
 __all__ = ["synthesise", "units"]
 
 
@@ -64,7 +66,8 @@ def describe_path(path):
     return "\n".join(lines)
 
 
-def units(model, lanes):
+def units(model, lanes, ways):
+    """Each unit's label and a function that makes it (made only when it is costed)."""
     from .argmax import ArgMax
     from .attention import Attention
     from .divider import FloorDivider
@@ -76,38 +79,40 @@ def units(model, lanes):
     from .uart import UART
     b = analyse(model)
     w = model.weights
-    engine = Engine(model, lanes=lanes)
+    matrices = [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T]
+    acc_bits = MatVec(matrices, lanes, ways=ways).acc_bits
     return {
-        "requant (to8 M_q)": Requant(b["acc_q"], [Rule.to8(model.requant["M_q"])]),
-        "epilogue (7 requant rules)": Epilogue(model, b),
-        f"matvec ({lanes} lanes)": MatVec(
-            [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T], lanes),
-        "floor divider": FloorDivider(b["num"], b["den"], b["ctx"]),
-        "attention": Attention(model, b),
-        "kv cache": KVCache(model.d_model, model.seq_len),
-        "arg-max": ArgMax(engine.matvec.acc_bits, model.vocab),
-        "uart (3 Mbaud at 60 MHz)": UART(20),
-        "engine": engine,
+        "requant (to8 M_q)": lambda: Requant(b["acc_q"], [Rule.to8(model.requant["M_q"])]),
+        "epilogue (7 requant rules)": lambda: Epilogue(model, b),
+        f"matvec ({lanes} lanes x {ways})": lambda: MatVec(matrices, lanes, ways=ways),
+        "floor divider": lambda: FloorDivider(b["num"], b["den"], b["ctx"]),
+        "attention": lambda: Attention(model, b),
+        "kv cache": lambda: KVCache(model.d_model, model.seq_len),
+        f"arg-max ({ways} a cycle)": lambda: ArgMax(acc_bits, model.vocab, ways=ways),
+        "uart (3 Mbaud at 60 MHz)": lambda: UART(20),
+        "engine": lambda: Engine(model, lanes=lanes, ways=ways),
     }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hdl.cost", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
-    parser.add_argument("--lanes", type=int)
+    parser.add_argument("--ways", type=int, default=3, help="elements a cycle (default: %(default)s)")
+    parser.add_argument("--lanes", type=int, help="default: d_model rounded up to a multiple of --ways")
     parser.add_argument("--unit", action="append", default=[],
                         help="only the units whose name contains this (repeatable)")
     parser.add_argument("--paths", action="store_true", help="print each unit's critical path")
     args = parser.parse_args(argv)
     model = load(args.model)
-    lanes = args.lanes or model.d_model
+    lanes = args.lanes or lanes_for(model, args.ways)
     print(model.identity_line)
     header = f"{'unit':28s} {'LUT4':>7s} {'FF':>7s} {'CCU2C':>6s} {'DPR16X4':>7s} {'MULT18':>6s} {'DP16KD':>6s} {'fmax MHz':>9s}"
     print(header)
     with tempfile.TemporaryDirectory() as workdir:
-        for index, (label, unit) in enumerate(units(model, lanes).items()):
+        for index, (label, make) in enumerate(units(model, lanes, args.ways).items()):
             if args.unit and not any(name in label for name in args.unit):
                 continue
+            unit = make()
             r = synthesise(unit, f"unit{index}", workdir)
             fmax = f"{r['fmax']:.1f}" if r.get("fmax") else "-"
             print(f"{label:28s} {r['LUT4']:7d} {r['FF']:7d} {r['CCU2C']:6d} {r['DPR16X4']:7d} "

@@ -13,15 +13,24 @@ from .epilogue import Epilogue, Stage
 from .fifo import StreamFIFO
 from .kv_cache import KVCache
 from .matvec import MatVec
-from .requant import Requant, Rule
 
-__all__ = ["Op", "Error", "Engine", "command_layout", "status_layout"]
+__all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "lanes_for", "command_layout", "status_layout"]
 
 
 class Op(enum.IntEnum):
     NEW = 0       # start a new sequence: position 0
     FEED = 1      # run a step for `arg` (a prompt token) at the current position
     GENERATE = 2  # emit the last step's next token, then run `arg − 1` steps feeding each back
+
+
+# Elements a cycle between the units: three, as the seed-size model's 99 multipliers (33
+# lanes x 3) and attention's 32 fit the 85F's 156 beside the epilogues'.
+DEFAULT_WAYS = 3
+
+
+def lanes_for(model, ways):
+    """The default lanes: one per column of a d_model-wide product, rounded up to whole words."""
+    return -(-model.d_model // ways) * ways
 
 
 class Error(enum.IntEnum):
@@ -73,41 +82,46 @@ class Engine(wiring.Component):
     A rejected command changes nothing but the error code: the cache and position stay.
     """
 
-    def __init__(self, model, *, lanes=None, parallel_qkv=True):
+    def __init__(self, model, *, lanes=None, ways=DEFAULT_WAYS):
         self.model = model
         self.bounds = analyse(model)
-        self.lanes = lanes or model.d_model
-        self.parallel_qkv = parallel_qkv
+        self.ways = ways
+        d = model.d_model
+        self.lanes = lanes or lanes_for(model, ways)
         b = self.bounds
         w = model.weights
-        d = model.d_model
-        self.epilogue = Epilogue(model, b)
+        # One epilogue per element of a word: they move in step, each on its own column.
+        self.epilogues = [Epilogue(model, b) for _ in range(ways)]
         self.matvec = MatVec(
             [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
-            self.lanes, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]],
-            banks=3 if parallel_qkv else 1, banked=[Matrix.QKV] if parallel_qkv else [])
-        if parallel_qkv:
-            # k and v leave their banks beside q: each has its own requant, the only step
-            # of the epilogue they need, so that q, k and v are made at once.
-            self.key_requant = Requant(b["acc_k"], [Rule.to8(model.requant["M_k"])], tag_shape=range(d))
-            self.value_requant = Requant(b["acc_v"], [Rule.to8(model.requant["M_v"])], tag_shape=range(d))
+            self.lanes, ways=ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
         self.attention = Attention(model, b)
         self.cache = KVCache(d, model.seq_len)
-        self.argmax = ArgMax(self.matvec.acc_bits, model.vocab)
+        self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=ways)
         # A whole vector fits in the lanes' input queue: while the lanes still replay one
         # matrix's groups, the first results already flow into the next matrix's input.
-        self.feed = StreamFIFO(self.matvec.i.payload.shape(), max(d, model.d_ff))
+        self.feed = StreamFIFO(self.matvec.i.payload.shape(), -(-max(d, model.d_ff) // ways))
         super().__init__({
             "cmd": In(stream.Signature(command_layout(model.seq_len))),
             "tokens": Out(stream.Signature(8)),
             "status": Out(status_layout(model.seq_len)),
         })
 
+    @property
+    def multipliers(self):
+        """The multipliers of the matrix products and of attention's row phases."""
+        return self.matvec.multipliers + self.attention.d_model
+
     def elaborate(self, platform):
         m = Module()
         model = self.model
         d, vocab, seq_len = model.d_model, model.vocab, model.seq_len
-        m.submodules.epilogue = epilogue = self.epilogue
+        ways = self.ways
+        words = -(-d // ways)  # words of a d-vector
+        for k, epilogue in enumerate(self.epilogues):
+            m.submodules[f"epilogue{k}"] = epilogue
+        epilogues = self.epilogues
+        scratch = epilogues[0].scratch
         m.submodules.matvec = matvec = self.matvec
         m.submodules.attention = attention = self.attention
         m.submodules.cache = cache = self.cache
@@ -116,121 +130,131 @@ class Engine(wiring.Component):
         wiring.connect(m, attention.cache, cache.read)
         wiring.connect(m, feed.o, matvec.i)
 
-        # -- Embedding: x[e] = EinA[tok][e] + PinA[pos][e], one column per cycle.
+        # -- Embedding: x[e] = EinA[tok][e] + PinA[pos][e], one word of columns per cycle.
         def rom(table):
-            values = table.ravel().tolist()
-            shape = signed(Bound(min(values), max(values)).bits)
-            return memory.Memory(shape=shape, depth=len(values), init=values)
+            values = table.tolist()
+            bits = Bound(int(table.min()), int(table.max())).bits
+            init = []
+            for row in values:
+                row = row + [0] * (words * ways - len(row))
+                init += [row[at:at + ways] for at in range(0, len(row), ways)]
+            return memory.Memory(shape=data.ArrayLayout(signed(bits), ways), depth=len(init), init=init)
         m.submodules.token_embedding = token_rom = rom(model.embed)
         m.submodules.position_embedding = position_rom = rom(model.positions)
         token_read = token_rom.read_port()        # one cycle of latency
         position_read = position_rom.read_port()  # one cycle of latency
-        token_base = Signal(range(vocab * d))
-        position_base = Signal(range(seq_len * d + 1))
-        embed_column = Signal(range(d + 1))
-        embed_fetched = Signal()       # the read ports hold column `embed_tag`
-        embed_tag = Signal(range(d))
+        token_base = Signal(range(vocab * words))
+        position_base = Signal(range(seq_len * words + 1))
+        embed_word = Signal(range(words + 1))
+        embed_fetched = Signal()       # the read ports hold word `embed_tag`
+        embed_tag = Signal(range(words))
         embedding = Signal()
         embed_out_valid = Signal()
         embed_advance = Signal()
         m.d.comb += [
             embed_out_valid.eq(embedding & embed_fetched),
-            embed_advance.eq(~embed_out_valid | epilogue.i.ready),
+            embed_advance.eq(~embed_out_valid | epilogues[0].i.ready),
             token_read.en.eq(embed_advance),
             position_read.en.eq(embed_advance),
-            token_read.addr.eq(token_base + embed_column),
-            position_read.addr.eq(position_base + embed_column),
+            token_read.addr.eq(token_base + embed_word),
+            position_read.addr.eq(position_base + embed_word),
         ]
         with m.If(embedding & embed_advance):
-            m.d.sync += [embed_fetched.eq(embed_column < d), embed_tag.eq(embed_column)]
-            with m.If(embed_column < d):
-                m.d.sync += embed_column.eq(embed_column + 1)
+            m.d.sync += [embed_fetched.eq(embed_word < words), embed_tag.eq(embed_word)]
+            with m.If(embed_word < words):
+                m.d.sync += embed_word.eq(embed_word + 1)
 
         # -- Routing between the units. At any time at most one source of each shared input
         # is active: the sequence of a step guarantees it, the priorities below only document it.
+        # A word's element k is column `column + k`; an element past its vector only fills the
+        # word, and goes to the epilogues' scratch column.
         to_head = matvec.o.payload.matrix == Matrix.HEAD
-        column = matvec.o.payload.column
-        qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
-        qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
-        stage_of = Array([qkv_stage, Stage.O, Stage.H, Stage.F, Stage.F])
-        with m.If(embed_out_valid):
-            m.d.comb += [
-                epilogue.i.valid.eq(1),
-                epilogue.i.payload.value.eq(token_read.data + position_read.data),
-                epilogue.i.payload.select.eq(Stage.EMBED),
-                epilogue.i.payload.tag.eq(embed_tag),
-            ]
-        with m.Else():
-            m.d.comb += [
-                epilogue.i.valid.eq(matvec.o.valid & ~to_head),
-                epilogue.i.payload.value.eq(matvec.o.payload.acc),
-                epilogue.i.payload.select.eq(stage_of[matvec.o.payload.matrix]),
-                epilogue.i.payload.tag.eq(Mux(matvec.o.payload.matrix == Matrix.QKV, qkv_column, column)),
-            ]
+        product = matvec.o.payload
+        for k, epilogue in enumerate(epilogues):
+            column = product.column + k
+            qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
+            qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
+            stage_of = Array([qkv_stage, Stage.O, Stage.H, Stage.F, Stage.F])
+            embed_column = embed_tag * ways + k
+            with m.If(embed_out_valid):
+                m.d.comb += [
+                    epilogue.i.valid.eq(1),
+                    epilogue.i.payload.value.eq(token_read.data[k] + position_read.data[k]),
+                    epilogue.i.payload.select.eq(Stage.EMBED),
+                    epilogue.i.payload.tag.eq(Mux(embed_column < d, embed_column, scratch)),
+                ]
+            with m.Else():
+                m.d.comb += [
+                    epilogue.i.valid.eq(matvec.o.valid & ~to_head),
+                    epilogue.i.payload.value.eq(product.acc[k]),
+                    epilogue.i.payload.select.eq(stage_of[product.matrix]),
+                    epilogue.i.payload.tag.eq(Mux(
+                        k >= product.count, scratch,
+                        Mux(product.matrix == Matrix.QKV, qkv_column, column))),
+                ]
         m.d.comb += [
             argmax.i.valid.eq(matvec.o.valid & to_head),
-            argmax.i.payload.value.eq(matvec.o.payload.acc),
-            argmax.i.payload.last.eq(matvec.o.payload.last),
-            matvec.o.ready.eq(Mux(to_head, argmax.i.ready, epilogue.i.ready & ~embed_out_valid)),
+            argmax.i.payload.values.eq(product.acc),
+            argmax.i.payload.count.eq(product.count),
+            argmax.i.payload.last.eq(product.last),
+            matvec.o.ready.eq(Mux(to_head, argmax.i.ready, epilogues[0].i.ready & ~embed_out_valid)),
         ]
 
-        stage = epilogue.o.payload.select
+        # The context leaves attention one column a cycle: packed into words for the lanes.
+        context = Signal(matvec.i.payload.values.shape())
+        context_fill = Signal(range(ways))
+        context_ready = Signal()  # `context` holds a word for the lanes
+        m.d.comb += attention.o.ready.eq(~context_ready | feed.i.ready)
+        with m.If(feed.i.ready):
+            m.d.sync += context_ready.eq(0)
+        with m.If(attention.o.valid & attention.o.ready):
+            m.d.sync += context[context_fill].eq(attention.o.payload.value)
+            with m.If(attention.o.payload.tag | (context_fill == ways - 1)):
+                m.d.sync += [context_fill.eq(0), context_ready.eq(1)]
+            with m.Else():
+                m.d.sync += context_fill.eq(context_fill + 1)
+
+        stage = epilogues[0].o.payload.select
         collected = (stage == Stage.Q) | (stage == Stage.K) | (stage == Stage.V)
         next_matrix = Array([Const(Matrix.QKV), 0, 0, 0, Const(Matrix.W1), Const(Matrix.W2), Const(Matrix.HEAD)])
-        with m.If(attention.o.valid):
+        with m.If(context_ready):
             m.d.comb += [
                 feed.i.valid.eq(1),
-                feed.i.payload.value.eq(attention.o.payload.value),
+                feed.i.payload.values.eq(context),
                 feed.i.payload.matrix.eq(Matrix.WO),
             ]
         with m.Else():
             m.d.comb += [
-                feed.i.valid.eq(epilogue.o.valid & ~collected),
-                feed.i.payload.value.eq(epilogue.o.payload.value),
+                feed.i.valid.eq(epilogues[0].o.valid & ~collected),
                 feed.i.payload.matrix.eq(next_matrix[stage]),
             ]
-        m.d.comb += [
-            attention.o.ready.eq(feed.i.ready),
-            epilogue.o.ready.eq(collected | (feed.i.ready & ~attention.o.valid)),
-        ]
+            for k, epilogue in enumerate(epilogues):
+                m.d.comb += feed.i.payload.values[k].eq(epilogue.o.payload.value)
+        for epilogue in epilogues:
+            m.d.comb += epilogue.o.ready.eq(collected | (feed.i.ready & ~context_ready))
 
         # -- q, k and v, collected column by column for the cache and the attention unit.
         q = Signal(data.ArrayLayout(signed(8), d))
         k = Signal(data.ArrayLayout(signed(8), d))
         v = Signal(data.ArrayLayout(signed(8), d))
         have_q, have_k, have_v = Signal(), Signal(), Signal()  # the vector is complete
-
-        def collect(target, complete, valid, column, value):
-            with m.If(valid):
-                with m.Switch(column):
-                    for e in range(d):
-                        with m.Case(e):
-                            m.d.sync += target[e].eq(value)
-                with m.If(column == d - 1):
-                    m.d.sync += complete.eq(1)
-
-        from_epilogue = epilogue.o.valid & collected
-        collect(q, have_q, from_epilogue & (stage == Stage.Q), epilogue.o.payload.tag, epilogue.o.payload.value)
-        if self.parallel_qkv:
-            m.submodules.key_requant = key_requant = self.key_requant
-            m.submodules.value_requant = value_requant = self.value_requant
-            for requant, bank, target, complete, offset in (
-                    (key_requant, matvec.o1, k, have_k, d), (value_requant, matvec.o2, v, have_v, 2 * d)):
-                m.d.comb += [
-                    requant.i.valid.eq(bank.valid),
-                    requant.i.payload.value.eq(bank.payload.acc),
-                    requant.i.payload.tag.eq(bank.payload.column - offset),
-                    bank.ready.eq(requant.i.ready),
-                    requant.o.ready.eq(1),
-                ]
-                collect(target, complete, requant.o.valid, requant.o.payload.tag, requant.o.payload.value)
-        else:
-            collect(k, have_k, from_epilogue & (stage == Stage.K), epilogue.o.payload.tag, epilogue.o.payload.value)
-            collect(v, have_v, from_epilogue & (stage == Stage.V), epilogue.o.payload.tag, epilogue.o.payload.value)
+        for epilogue in epilogues:
+            out = epilogue.o.payload
+            with m.If(epilogue.o.valid & collected):
+                with m.Switch(out.select):
+                    for name, target, complete in ((Stage.Q, q, have_q), (Stage.K, k, have_k),
+                                                   (Stage.V, v, have_v)):
+                        with m.Case(name):
+                            with m.Switch(out.tag):
+                                for e in range(d):
+                                    with m.Case(e):
+                                        m.d.sync += target[e].eq(out.value)
+                            with m.If(out.tag == d - 1):
+                                m.d.sync += complete.eq(1)
 
         pos = Signal(range(seq_len + 1))
         # Attention scores rows as soon as q and K[pos] are there, and waits for the V row
-        # before weighing them (V may come last out of the lanes).
+        # before weighing them (V comes last out of the lanes).
         values_ready = Signal()
         m.d.comb += attention.values_ready.eq(values_ready)
         m.d.comb += [
@@ -265,7 +289,7 @@ class Engine(wiring.Component):
 
         def start_step(tok):
             m.d.sync += [
-                token_base.eq(tok * d), embedding.eq(1), embed_column.eq(0),
+                token_base.eq(tok * words), embedding.eq(1), embed_word.eq(0),
                 embed_fetched.eq(0), cycles.eq(1), values_ready.eq(0),
                 have_q.eq(0), have_k.eq(0), have_v.eq(0),
             ]
@@ -306,7 +330,7 @@ class Engine(wiring.Component):
                             m.next = "EMIT"
             with m.State("STEP"):
                 # Embedding ends once its last column has been taken.
-                with m.If(embedding & (embed_column == d) & embed_advance):
+                with m.If(embedding & (embed_word == words) & embed_advance):
                     m.d.sync += embedding.eq(0)
                 with m.If(have_q & have_k):
                     m.next = "WRITE_KEYS"
@@ -330,7 +354,7 @@ class Engine(wiring.Component):
                 with m.If(argmax.o.valid):
                     m.d.sync += [
                         next_token.eq(argmax.o.payload), have_next.eq(1), last_cycles.eq(cycles),
-                        pos.eq(pos + 1), position_base.eq(position_base + d), steps.eq(steps + 1),
+                        pos.eq(pos + 1), position_base.eq(position_base + words), steps.eq(steps + 1),
                     ]
                     with m.If(generating):
                         m.next = "EMIT"

@@ -38,7 +38,8 @@ class Epilogue(wiring.Component):
     3. :class:`Requant` to int8 by ``r_qkv``, ``r_ffn``, ``r_hid`` or ``r_out``.
 
     A stage with nothing to do at a step passes through it exactly (``× 1 >> 0``).
-    Widths come from the model's bounds.
+    Widths come from the model's bounds. The tag ``scratch`` (one past the widest vector)
+    names no column: what is stored there is never read for a real one.
 
     Ports
     -----
@@ -66,7 +67,10 @@ class Epilogue(wiring.Component):
         }
         stages = list(Stage)
         self.in_bound = _union(b["x"], b["acc_q"], b["acc_k"], b["acc_v"], b["acc_o"], b["acc_h"], b["acc_f"])
-        columns = max(model.d_model, model.d_ff)
+        # One column more than any vector has: a value that is only there to fill a word
+        # (see Engine) goes to this scratch column, so that it never overwrites a stored one.
+        self.scratch = max(model.d_model, model.d_ff)
+        columns = self.scratch + 1
         self.first = Requant(self.in_bound, [first[s] for s in stages], tag_shape=range(columns))
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
         self.residual = Residual(

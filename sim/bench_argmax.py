@@ -30,13 +30,21 @@ def runs(params, rng):
 @cocotb.test()
 async def argmax_matches_golden(dut):
     params = bench_params()
-    unit = ArgMax(params["bits"], params["length"])
+    unit = ArgMax(params["bits"], params["length"], ways=params.get("ways", 1))
+    ways = unit.ways
     rng = random.Random(params["seed"])
     await start(dut)
     source = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk, idle=0.3, rng=rng)
     sink = StreamSink(dut, "o", unit.o.payload.shape(), dut.clk, stall=0.3, rng=rng)
     work = runs(params, rng)
-    items = [{"value": v, "last": int(i == len(r) - 1)} for r in work for i, v in enumerate(r)]
+    # Words of `ways` values; the places past a run's end hold noise, which must not count.
+    hi = (1 << (params["bits"] - 1)) - 1
+    items = []
+    for r in work:
+        for at in range(0, len(r), ways):
+            word = r[at:at + ways]
+            items.append({"values": word + [rng.choice([hi, 0]) for _ in range(ways - len(word))],
+                          "count": len(word), "last": int(at + ways >= len(r))})
     cocotb.start_soon(source.send(items))
     got = await sink.receive(len(work))
     for r, index in zip(work, got):

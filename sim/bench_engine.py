@@ -37,7 +37,9 @@ class Observer:
 
     async def run(self):
         dut, engine = self.dut, self.engine
-        epilogue = engine.epilogue.o.payload.shape()
+        epilogue = engine.epilogues[0].o.payload.shape()
+        scratch = engine.epilogues[0].scratch
+        epilogues = [getattr(dut, f"epilogue{k}") for k in range(engine.ways)]
         attention = engine.attention.o.payload.shape()
         matvec = engine.matvec.o.payload.shape()
         while True:
@@ -46,15 +48,17 @@ class Observer:
             if not self.steps:
                 continue
             step = self.steps[-1]
-            if int(dut.epilogue.o__valid.value) and int(dut.epilogue.o__ready.value):
-                out = unpack(epilogue, int(dut.epilogue.o__payload.value))
-                step[STREAMS[Stage(out["select"])]].append(out["value"])
+            for unit in epilogues:  # in step: element k of a word is epilogue k's
+                if int(unit.o__valid.value) and int(unit.o__ready.value):
+                    out = unpack(epilogue, int(unit.o__payload.value))
+                    if out["tag"] != scratch:
+                        step[STREAMS[Stage(out["select"])]].append(out["value"])
             if int(dut.attention.o__valid.value) and int(dut.attention.o__ready.value):
                 step["ci"].append(unpack(attention, int(dut.attention.o__payload.value))["value"])
             if int(dut.matvec.o__valid.value) and int(dut.matvec.o__ready.value):
                 out = unpack(matvec, int(dut.matvec.o__payload.value))
                 if out["matrix"] == Matrix.HEAD:
-                    step["logits"].append(out["acc"])
+                    step["logits"] += out["acc"][:out["count"]]
 
 
 def first_difference(observed, trace):
@@ -147,7 +151,7 @@ async def check_generation(tb, model, prompt, count):
 async def generations_match_golden(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"], parallel_qkv=params.get("parallel_qkv", True))
+    engine = Engine(model, lanes=params["lanes"], ways=params["ways"])
     rng = random.Random(params["seed"])
     await start(dut)
     tb = TB(dut, engine, rng)
@@ -165,7 +169,7 @@ async def generations_match_golden(dut):
 async def bad_input_is_reported_and_harmless(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"], parallel_qkv=params.get("parallel_qkv", True))
+    engine = Engine(model, lanes=params["lanes"], ways=params["ways"])
     await start(dut)
     tb = TB(dut, engine, random.Random(1))
     cocotb.start_soon(tb.observer.run())

@@ -14,8 +14,7 @@ from .streams import StreamSink, StreamSource
 
 
 def build(params):
-    return MatVec([np.array(w) for w in params["matrices"]], params["lanes"],
-                  banks=params.get("banks", 1), banked=params.get("banked", ()))
+    return MatVec([np.array(w) for w in params["matrices"]], params["lanes"], ways=params.get("ways", 1))
 
 
 def vectors(unit, rng, count):
@@ -39,35 +38,32 @@ def vectors(unit, rng, count):
 async def matvec_matches_golden(dut):
     params = bench_params()
     unit = build(params)
+    ways = unit.ways
     rng = random.Random(params["seed"])
     work = vectors(unit, rng, params["count"])
     await start(dut)
     source = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk, idle=params["idle"], rng=rng)
-    sinks = [StreamSink(dut, "o" if bank == 0 else f"o{bank}", unit.o.payload.shape(), dut.clk,
-                        stall=params["stall"], rng=rng) for bank in range(unit.banks)]
-    items = [{"value": v, "matrix": index} for index, x in work for v in x]
+    sink = StreamSink(dut, "o", unit.o.payload.shape(), dut.clk, stall=params["stall"], rng=rng)
+    # Words of `ways` elements; the empty places of a last word hold noise, which must not count.
+    items = []
+    for index, x in work:
+        for at in range(0, len(x), ways):
+            word = x[at:at + ways]
+            items.append({"values": word + [rng.randint(-128, 127) for _ in range(ways - len(word))],
+                          "matrix": index})
     cocotb.start_soon(source.send(items))
-
-    def columns(bank, index):
-        """The columns of matrix `index` that bank `bank` computes."""
-        if index in unit.banked:
-            block = unit.block_cols[index]
-            return list(range(bank * block, (bank + 1) * block))
-        return list(range(unit.cols[index])) if bank == 0 else []
-
-    # Every bank drains at once: one held back would stall the others.
-    receiving = [cocotb.start_soon(sink.receive(sum(len(columns(bank, index)) for index, _ in work)))
-                 for bank, sink in enumerate(sinks)]
-    for bank, task in enumerate(receiving):
-        got = await task
-        at = 0
-        for n, (index, x) in enumerate(work):
-            mine = columns(bank, index)
-            want = matvec(np.array(x), unit.matrices[index])[mine].tolist()
-            out = got[at:at + len(mine)]
-            at += len(mine)
-            where = f"vector {n} (matrix {index}), bank {bank}"
-            assert [o["matrix"] for o in out] == [index] * len(want), f"{where}: matrix ids"
-            assert [o["column"] for o in out] == mine, f"{where}: columns"
-            assert [o["last"] for o in out] == [0] * (len(want) - 1) + [1] * bool(want), f"{where}: last"
-            assert [o["acc"] for o in out] == want, f"{where} differs"
+    words = [-(-unit.cols[index] // ways) for index, _ in work]
+    got = await sink.receive(sum(words))
+    at = 0
+    for n, ((index, x), count) in enumerate(zip(work, words)):
+        want = matvec(np.array(x), unit.matrices[index]).tolist()
+        out = got[at:at + count]
+        at += count
+        where = f"vector {n} (matrix {index})"
+        assert [o["matrix"] for o in out] == [index] * count, f"{where}: matrix ids"
+        assert [o["column"] for o in out] == list(range(0, len(want), ways)), f"{where}: columns"
+        assert [o["count"] for o in out] == [min(ways, len(want) - c) for c in range(0, len(want), ways)], \
+            f"{where}: counts"
+        assert [o["last"] for o in out] == [0] * (count - 1) + [1], f"{where}: last"
+        sums = [value for o in out for value in o["acc"][:o["count"]]]
+        assert sums == want, f"{where} differs"

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from hdl.engine import Engine
+from hdl.engine import DEFAULT_WAYS, Engine, lanes_for
 from int8model.format import load
 
 from .runner import BUILD_ROOT, run_bench
@@ -25,58 +25,56 @@ def macs_per_token(model, pos):
     return matrices, attention
 
 
-def multipliers(model, lanes, parallel_qkv=True):
-    """The engine's MAC multipliers: its lanes (three banks of them when q, k and v are made
-    at once), and the attention unit's row multipliers."""
-    return lanes * (3 if parallel_qkv else 1) + model.d_model
+def multipliers(model, lanes, ways):
+    """The engine's MAC multipliers: its lanes' (``ways`` each), and the attention unit's."""
+    return lanes * ways + model.d_model
 
 
 def mean_macs(model):
     return sum(sum(macs_per_token(model, p)) for p in range(model.seq_len)) / model.seq_len
 
 
-def floor_cycles(model, lanes, parallel_qkv=True):
+def floor_cycles(model, lanes, ways):
     """The MAC-bound floor: mean MACs per token over a context, over the multipliers."""
-    return mean_macs(model) / multipliers(model, lanes, parallel_qkv)
+    return mean_macs(model) / multipliers(model, lanes, ways)
 
 
-def measure(model, lanes, name="cycles", quiet=True, parallel_qkv=True):
+def measure(model, lanes, ways, name="cycles", quiet=True):
     """Cycles of the step at every position 0..seq_len−1, as a list."""
     report = BUILD_ROOT / name / "cycles.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     params = {"model": model.to_json(), "lanes": lanes, "prompts": [[0]], "seed": 0,
-              "report": str(report), "parallel_qkv": parallel_qkv}
-    run_bench(Engine(model, lanes=lanes, parallel_qkv=parallel_qkv), name=name, test_module="sim.bench_engine",
+              "report": str(report), "ways": ways}
+    run_bench(Engine(model, lanes=lanes, ways=ways), name=name, test_module="sim.bench_engine",
               params=params, testcase="generations_match_golden",
               log_file=report.parent / "simulation.log" if quiet else None)
     cycles = dict(json.loads(report.read_text())["cycles"])
     return [cycles[p] for p in range(model.seq_len)]
 
 
-def summary(model, lanes, cycles, parallel_qkv=True):
+def summary(model, lanes, ways, cycles):
     mean_cycles = sum(cycles) / len(cycles)
-    floor = floor_cycles(model, lanes, parallel_qkv)
+    floor = floor_cycles(model, lanes, ways)
     return {
         "positions": {p: cycles[p] for p in sorted({0, model.seq_len // 2, model.seq_len - 1})},
         "mean_cycles": mean_cycles, "mean_macs": mean_macs(model),
-        "multipliers": multipliers(model, lanes, parallel_qkv), "floor": floor, "ratio": mean_cycles / floor,
+        "multipliers": multipliers(model, lanes, ways), "floor": floor, "ratio": mean_cycles / floor,
     }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m sim.cycles", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
-    parser.add_argument("--lanes", type=int, help="MAC lanes per bank (default: d_model)")
-    parser.add_argument("--sequential-qkv", action="store_true",
-                        help="one bank of lanes making q, k and v in turn (default: three banks at once)")
+    parser.add_argument("--ways", type=int, default=DEFAULT_WAYS,
+                        help="elements a cycle between the units (default: %(default)s)")
+    parser.add_argument("--lanes", type=int, help="MAC lanes (default: d_model rounded up to a multiple of --ways)")
     args = parser.parse_args(argv)
     model = load(args.model)
-    lanes = args.lanes or model.d_model
-    parallel = not args.sequential_qkv
+    lanes = args.lanes or lanes_for(model, args.ways)
     print(model.identity_line)
-    cycles = measure(model, lanes, parallel_qkv=parallel)
-    s = summary(model, lanes, cycles, parallel)
-    print(f"lanes {lanes} per bank, {3 if parallel else 1} bank(s) for q/k/v, multipliers in MACs {s['multipliers']}")
+    cycles = measure(model, lanes, args.ways)
+    s = summary(model, lanes, args.ways, cycles)
+    print(f"{lanes} lanes x {args.ways} ways, multipliers in MACs {s['multipliers']}")
     for pos, count in s["positions"].items():
         print(f"position {pos:4d}: {count} cycles")
     print(f"mean over {model.seq_len} positions: {s['mean_cycles']:.1f} cycles per token")

@@ -7,6 +7,7 @@ import sys
 import pytest
 import serial
 
+from hdl.engine import DEFAULT_WAYS, lanes_for
 from host.device import Device, DeviceError, IdentityMismatch
 from host.protocol import Command, Fault, crc8, encode_request
 from int8model import Golden, load
@@ -42,7 +43,7 @@ def test_ident(device, model):
     ident = device.ident()
     assert ident.sha256 == model.sha256
     assert (ident.d_model, ident.n_heads, ident.d_ff, ident.vocab, ident.seq_len) == (32, 4, 32, 32, 32)
-    assert (ident.lanes, ident.clock_hz, ident.baud) == (32, SIM_CLOCK_HZ, SIM_BAUD)
+    assert (ident.lanes, ident.clock_hz, ident.baud) == (lanes_for(model, DEFAULT_WAYS), SIM_CLOCK_HZ, SIM_BAUD)
 
 
 def test_whole_generation_equals_golden(device, model):

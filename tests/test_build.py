@@ -24,8 +24,10 @@ def test_pll_settings_are_legal(hz):
 def test_a_model_too_large_for_the_part_is_refused_with_numbers(capsys):
     model = load(SHIPPED)
     with pytest.raises(FitError, match=r"multipliers: about \d+ MULT18X18D .* the LFE5U-25F has 28"):
-        check_fit(model, 32, "25F")
-    assert check_fit(model, 32, "85F")["MULT18X18D"] <= PARTS["85F"]["MULT18X18D"]
+        check_fit(model, 32, 1, "25F")
+    assert check_fit(model, 33, 3, "85F")["MULT18X18D"] <= PARTS["85F"]["MULT18X18D"]
+    with pytest.raises(FitError, match="the LFE5U-45F has 72"):
+        check_fit(model, 33, 3, "45F")
     assert main(["--board", "ulx3s", "--device", "12F", "--model", SHIPPED, "--out", "build/never"]) == 2
     assert "does not fit the ULX3S-12F" in capsys.readouterr().err
 

@@ -11,49 +11,47 @@ from sim.runner import run_bench
 SHIPPED = "models/zen32.json"
 
 
-def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, parallel_qkv=True):
+def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3):
     params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
-              "report": report, "parallel_qkv": parallel_qkv}
-    run_bench(Engine(model, lanes=lanes, parallel_qkv=parallel_qkv), name=name, test_module="sim.bench_engine",
+              "report": report, "ways": ways}
+    run_bench(Engine(model, lanes=lanes, ways=ways), name=name, test_module="sim.bench_engine",
               params=params, testcase=testcase)
 
 
 def test_shipped_model():
     model = load(SHIPPED)
-    run("engine_shipped", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden")
+    run("engine_shipped", model, 33, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden")
 
 
-def test_shipped_model_sequential_qkv():
-    """q, k and v made one after the other on one bank of lanes (the smaller engine)."""
+def test_shipped_model_one_element_a_cycle():
+    """The smallest datapath: one element a cycle between the units."""
     model = load(SHIPPED)
-    run("engine_shipped_sequential", model, 32, [[17, 9]], testcase="generations_match_golden",
-        parallel_qkv=False)
+    run("engine_shipped_one_way", model, 32, [[17, 9]], testcase="generations_match_golden", ways=1)
 
 
 def test_bad_input():
     rng = np.random.default_rng(3)
     model = random_model(rng, 16, 2, 24, 12, 8)
-    run("engine_bad_input", model, 8, [], testcase="bad_input_is_reported_and_harmless")
+    run("engine_bad_input", model, 8, [], testcase="bad_input_is_reported_and_harmless", ways=2)
 
 
-# d_model, heads, d_ff, vocab, seq_len, lanes
+# d_model, heads, d_ff, vocab, seq_len, lanes, ways
 SHAPES = [
-    (8, 1, 12, 5, 8, 8), (8, 2, 16, 20, 12, 4), (16, 2, 24, 40, 16, 16), (16, 4, 8, 7, 10, 5),
-    (32, 4, 48, 20, 24, 32), (32, 8, 16, 64, 9, 16), (64, 8, 96, 50, 16, 64), (64, 4, 32, 100, 12, 32),
-    (16, 8, 40, 256, 20, 16), (32, 1, 64, 33, 40, 32), (8, 4, 8, 3, 64, 8),
+    (8, 1, 12, 5, 8, 8, 1), (8, 2, 16, 20, 12, 4, 2), (16, 2, 24, 40, 16, 18, 3), (16, 4, 8, 7, 10, 6, 3),
+    (32, 4, 48, 20, 24, 32, 4), (32, 8, 16, 64, 9, 16, 2), (64, 8, 96, 50, 16, 66, 3), (64, 4, 32, 100, 12, 32, 1),
+    (16, 8, 40, 256, 20, 16, 4), (32, 1, 64, 33, 40, 33, 3), (8, 4, 8, 3, 64, 9, 3),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}h{}f{}v{}c{}p{}".format(*s))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}h{}f{}v{}c{}p{}w{}".format(*s))
 def test_random_models(shape):
-    d, heads, d_ff, vocab, seq_len, lanes = shape
+    d, heads, d_ff, vocab, seq_len, lanes, ways = shape
     rng = np.random.default_rng(sum(shape))
     model = random_model(rng, d, heads, d_ff, vocab, seq_len, extreme=bool(sum(shape) % 3 == 0))
     prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
-    # Every other shape makes q, k and v one after the other.
-    run("engine_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=sum(shape),
-        testcase="generations_match_golden", parallel_qkv=SHAPES.index(shape) % 2 == 0)
+    run("engine_{}_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=sum(shape),
+        testcase="generations_match_golden", ways=ways)
 
 
 @pytest.mark.slow
@@ -62,4 +60,4 @@ def test_largest_shape():
     rng = np.random.default_rng(64)
     model = random_model(rng, 64, 8, 256, 256, 256)
     prompt = rng.integers(0, 256, size=200).tolist()
-    run("engine_largest", model, 64, [prompt], seed=64, testcase="generations_match_golden")
+    run("engine_largest", model, 66, [prompt], seed=64, testcase="generations_match_golden")

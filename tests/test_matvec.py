@@ -6,12 +6,10 @@ from int8model.synthetic import random_model
 from sim.runner import run_bench
 
 
-def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, banks=1, banked=()):
-    params = {"matrices": [np.asarray(w).tolist() for w in matrices], "lanes": lanes,
-              "seed": seed, "count": count, "idle": idle, "stall": stall,
-              "banks": banks, "banked": list(banked)}
-    run_bench(MatVec(matrices, lanes, banks=banks, banked=banked), name=name,
-              test_module="sim.bench_matvec", params=params)
+def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1):
+    params = {"matrices": [np.asarray(w).tolist() for w in matrices], "lanes": lanes, "ways": ways,
+              "seed": seed, "count": count, "idle": idle, "stall": stall}
+    run_bench(MatVec(matrices, lanes, ways=ways), name=name, test_module="sim.bench_matvec", params=params)
 
 
 def test_accumulator_width_follows_the_weights():
@@ -38,21 +36,24 @@ def test_model_matrices(lanes):
     run(f"matvec_lanes{lanes}", matrices, lanes=lanes, seed=lanes, count=40 if lanes > 1 else 12)
 
 
+@pytest.mark.parametrize("ways,lanes", [(2, 4), (3, 6), (3, 33), (4, 8)])
+def test_several_elements_a_cycle(ways, lanes):
+    """Words of `ways` elements in and out; rows and columns that are not multiples of it."""
+    rng = np.random.default_rng(10 * ways + lanes)
+    model = random_model(rng, 32, 4, 20, 7, 8)
+    w = model.weights
+    matrices = [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T,
+                np.full((5, 7), -128), rng.integers(-128, 128, (1, 9))]
+    run(f"matvec_ways{ways}_{lanes}", matrices, lanes=lanes, ways=ways, seed=ways, count=30)
+
+
+def test_lanes_must_be_a_multiple_of_the_ways():
+    with pytest.raises(ValueError, match="multiple of the ways"):
+        MatVec([np.zeros((2, 7), dtype=int)], 4, ways=3)
+
+
 def test_full_speed_without_stalls():
     rng = np.random.default_rng(5)
     run("matvec_full_speed", [rng.integers(-128, 128, (16, 40))], lanes=16, seed=5, idle=0, stall=0)
-
-
-@pytest.mark.parametrize("lanes", [3, 8])
-def test_banks_compute_blocks_at_once(lanes):
-    """q, k and v as one banked matrix: each bank its own block of columns and its own output."""
-    rng = np.random.default_rng(100 + lanes)
-    model = random_model(rng, 8, 2, 12, 10, 8)
-    w = model.weights
-    matrices = [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T]
-    run(f"matvec_banks{lanes}", matrices, lanes=lanes, seed=lanes, banks=3, banked=[0])
-
-
-def test_banked_columns_must_split_evenly():
-    with pytest.raises(ValueError, match="do not split into 3 banks"):
-        MatVec([np.zeros((2, 7), dtype=int)], 2, banks=3, banked=[0])
+    run("matvec_full_speed_ways", [rng.integers(-128, 128, (16, 40))], lanes=16, ways=2, seed=6,
+        idle=0, stall=0)

@@ -7,10 +7,12 @@ from hdl.kv_cache import KVCache
 from sim.runner import run_bench
 
 
-@pytest.mark.parametrize("bits, length", [(20, 32), (8, 1), (33, 256)])
-def test_argmax(bits, length):
-    params = {"bits": bits, "length": length, "seed": bits, "count": 300}
-    run_bench(ArgMax(bits, length), name=f"argmax_{bits}_{length}", test_module="sim.bench_argmax", params=params)
+@pytest.mark.parametrize("bits, length, ways", [(20, 32, 1), (8, 1, 1), (33, 256, 1), (20, 32, 3), (8, 7, 2),
+                                                (12, 5, 4)])
+def test_argmax(bits, length, ways):
+    params = {"bits": bits, "length": length, "seed": bits, "count": 300, "ways": ways}
+    run_bench(ArgMax(bits, length, ways=ways), name=f"argmax_{bits}_{length}_{ways}",
+              test_module="sim.bench_argmax", params=params)
 
 
 @pytest.mark.parametrize("d_model, seq_len", [(8, 8), (32, 32), (64, 5)])
