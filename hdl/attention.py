@@ -1,4 +1,4 @@
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,7 +22,8 @@ class Attention(wiring.Component):
        ``clamp(rq(max − s_j, M_score), 0, NLUT − 1)`` reads the exp table, the weights add up to
        ``den``, and the same multipliers form ``w_j · V[j]`` into the ``num`` accumulators.
     3. *Context*: each column's ``fdiv(num, den)`` through a pipelined floor divider, then the
-       ``r_ctx`` requant and int8 clamp; ``ci`` leaves one value per cycle in column order.
+       ``r_ctx`` requant and int8 clamp; ``ci`` leaves ``ways`` columns a cycle in column order,
+       through as many dividers and requants.
 
     Widths come from the model's bounds (:func:`int8model.bounds.analyse`).
 
@@ -34,18 +35,20 @@ class Attention(wiring.Component):
     values_ready : ``In(1)``
         The V row at ``pos`` is written: the weight phase waits for it, so that the score
         phase can run while V is still being computed.
-    o : ``Out(stream.Signature(StructLayout({"value", "tag": 1})))``
-        ``ci`` in column order (at most int8 wide); ``tag`` marks the last column.
+    o : ``Out(stream.Signature(StructLayout({"values", "count", "last"})))``
+        ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
+        of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·(pos + 1) + 15`` cycles to the first ``ci``, then one per cycle.
+    Latency: ``2·(pos + 1) + 15`` cycles to the first ``ci``, then one word per cycle.
     Multipliers: ``d_model`` (shared by the two row phases) plus ``n_heads`` for ``M_score``.
     """
 
     SCORE_LATENCY = 5   # issue → row address → K row → operands → products → head sums, written
     WEIGHT_LATENCY = 7  # issue → gap → × M_score → index → LUT/V read → operands → products → num
 
-    def __init__(self, model, bounds):
+    def __init__(self, model, bounds, *, ways=1):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
+        self.ways = ways
         self.head_dim = model.head_dim
         self.exp_lut = [int(v) for v in model.exp_lut]
         self.score_rule = Rule.rq(model.requant["M_score"])
@@ -64,12 +67,15 @@ class Attention(wiring.Component):
             "cache": Out(CacheRead(self.d_model, self.seq_len)),
             "values_ready": In(1),
             "o": Out(stream.Signature(data.StructLayout({
-                "value": signed(self.ctx_rule.result_bound(bounds["ctx"]).bits), "tag": 1}))),
+                "values": data.ArrayLayout(signed(self.ctx_rule.result_bound(bounds["ctx"]).bits), ways),
+                "count": range(ways + 1),
+                "last": 1,
+            }))),
         })
 
     @property
     def multipliers(self):
-        return self.d_model + self.n_heads
+        return self.d_model + self.n_heads + self.ways
 
     def elaborate(self, platform):
         m = Module()
@@ -164,19 +170,34 @@ class Attention(wiring.Component):
             for e in range(d):
                 m.d.sync += num[e].eq(Mux(w_row[6] == 0, 0, num[e]) + products[e])
 
-        # -- Phase 3: the context, through the divider and the r_ctx requant.
-        m.submodules.divider = divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=1)
-        m.submodules.requant = requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=1)
-        wiring.connect(m, divider.o, requant.i)
-        wiring.connect(m, requant.o, wiring.flipped(self.o))
-
-        column = Signal(range(d))
-        head = Signal(range(heads))
-        head_column = Signal(range(hd))
+        # -- Phase 3: the context, through `ways` dividers and r_ctx requants side by side;
+        # they move in step, the first carrying the word's count and end.
+        ways = self.ways
+        column = Signal(range(d + ways))
+        head_of = Array(Const(min(c, d - 1) // hd, range(heads)) for c in range(d + ways))
+        word = data.StructLayout({"count": range(ways + 1), "last": 1})
+        dividers, requants = [], []
+        for k in range(ways):
+            tag = word if k == 0 else unsigned(0)
+            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=tag)
+            requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=tag)
+            m.submodules[f"divider{k}"], m.submodules[f"requant{k}"] = divider, requant
+            wiring.connect(m, divider.o, requant.i)
+            m.d.comb += [
+                divider.i.payload.num.eq(num[k] if k < d else 0),
+                divider.i.payload.den.eq(den[head_of[column + k]]),
+                self.o.payload.values[k].eq(requant.o.payload.value),
+                requant.o.ready.eq(self.o.ready),
+            ]
+            dividers.append(divider)
+            requants.append(requant)
+        remaining = d - column
         m.d.comb += [
-            divider.i.payload.num.eq(num[0]),
-            divider.i.payload.den.eq(den[head]),
-            divider.i.payload.tag.eq(column == d - 1),
+            dividers[0].i.payload.tag.count.eq(Mux(remaining < ways, remaining, ways)),
+            dividers[0].i.payload.tag.last.eq(remaining <= ways),
+            self.o.valid.eq(requants[0].o.valid),
+            self.o.payload.count.eq(requants[0].o.payload.tag.count),
+            self.o.payload.last.eq(requants[0].o.payload.tag.last),
         ]
 
         with m.FSM():
@@ -199,18 +220,16 @@ class Attention(wiring.Component):
                     m.next = "WEIGHT"
             with m.State("WEIGHT_DRAIN"):
                 with m.If(w_valid == 0):
-                    m.d.sync += [column.eq(0), head.eq(0), head_column.eq(0)]
+                    m.d.sync += column.eq(0)
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
-                m.d.comb += divider.i.valid.eq(1)
-                with m.If(divider.i.ready):
-                    # Shift the numerators down so that the divider always reads num[0].
-                    for e in range(d - 1):
-                        m.d.sync += num[e].eq(num[e + 1])
-                    m.d.sync += [column.eq(column + 1), head_column.eq(head_column + 1)]
-                    with m.If(head_column == hd - 1):
-                        m.d.sync += [head.eq(head + 1), head_column.eq(0)]
-                    with m.If(column == d - 1):
+                m.d.comb += [divider.i.valid.eq(1) for divider in dividers]
+                with m.If(dividers[0].i.ready):
+                    # Shift the numerators down so that the dividers always read num[0..ways).
+                    for e in range(d - ways):
+                        m.d.sync += num[e].eq(num[e + ways])
+                    m.d.sync += column.eq(column + ways)
+                    with m.If(column + ways >= d):
                         m.d.sync += scoring.eq(1)
                         m.next = "IDLE"
         return m

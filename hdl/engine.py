@@ -95,7 +95,7 @@ class Engine(wiring.Component):
         self.matvec = MatVec(
             [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
             self.lanes, ways=ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
-        self.attention = Attention(model, b)
+        self.attention = Attention(model, b, ways=ways)
         self.cache = KVCache(d, model.seq_len)
         self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=ways)
         # A whole vector fits in the lanes' input queue: while the lanes still replay one
@@ -200,29 +200,16 @@ class Engine(wiring.Component):
             matvec.o.ready.eq(Mux(to_head, argmax.i.ready, epilogues[0].i.ready & ~embed_out_valid)),
         ]
 
-        # The context leaves attention one column a cycle: packed into words for the lanes.
-        context = Signal(matvec.i.payload.values.shape())
-        context_fill = Signal(range(ways))
-        context_ready = Signal()  # `context` holds a word for the lanes
-        m.d.comb += attention.o.ready.eq(~context_ready | feed.i.ready)
-        with m.If(feed.i.ready):
-            m.d.sync += context_ready.eq(0)
-        with m.If(attention.o.valid & attention.o.ready):
-            m.d.sync += context[context_fill].eq(attention.o.payload.value)
-            with m.If(attention.o.payload.tag | (context_fill == ways - 1)):
-                m.d.sync += [context_fill.eq(0), context_ready.eq(1)]
-            with m.Else():
-                m.d.sync += context_fill.eq(context_fill + 1)
-
         stage = epilogues[0].o.payload.select
         collected = (stage == Stage.Q) | (stage == Stage.K) | (stage == Stage.V)
         next_matrix = Array([Const(Matrix.QKV), 0, 0, 0, Const(Matrix.W1), Const(Matrix.W2), Const(Matrix.HEAD)])
-        with m.If(context_ready):
+        with m.If(attention.o.valid):
             m.d.comb += [
                 feed.i.valid.eq(1),
-                feed.i.payload.values.eq(context),
                 feed.i.payload.matrix.eq(Matrix.WO),
             ]
+            for k in range(ways):
+                m.d.comb += feed.i.payload.values[k].eq(attention.o.payload.values[k])
         with m.Else():
             m.d.comb += [
                 feed.i.valid.eq(epilogues[0].o.valid & ~collected),
@@ -230,8 +217,9 @@ class Engine(wiring.Component):
             ]
             for k, epilogue in enumerate(epilogues):
                 m.d.comb += feed.i.payload.values[k].eq(epilogue.o.payload.value)
+        m.d.comb += attention.o.ready.eq(feed.i.ready)
         for epilogue in epilogues:
-            m.d.comb += epilogue.o.ready.eq(collected | (feed.i.ready & ~context_ready))
+            m.d.comb += epilogue.o.ready.eq(collected | (feed.i.ready & ~attention.o.valid))
 
         # -- q, k and v, collected column by column for the cache and the attention unit.
         q = Signal(data.ArrayLayout(signed(8), d))

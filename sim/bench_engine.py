@@ -54,7 +54,8 @@ class Observer:
                     if out["tag"] != scratch:
                         step[STREAMS[Stage(out["select"])]].append(out["value"])
             if int(dut.attention.o__valid.value) and int(dut.attention.o__ready.value):
-                step["ci"].append(unpack(attention, int(dut.attention.o__payload.value))["value"])
+                out = unpack(attention, int(dut.attention.o__payload.value))
+                step["ci"] += out["values"][:out["count"]]
             if int(dut.matvec.o__valid.value) and int(dut.matvec.o__ready.value):
                 out = unpack(matvec, int(dut.matvec.o__payload.value))
                 if out["matrix"] == Matrix.HEAD:

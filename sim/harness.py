@@ -13,8 +13,8 @@ __all__ = ["AttentionWithCache"]
 class AttentionWithCache(wiring.Component):
     """The attention unit reading a KV cache whose write port the bench drives."""
 
-    def __init__(self, model, bounds):
-        self.attention = Attention(model, bounds)
+    def __init__(self, model, bounds, *, ways=1):
+        self.attention = Attention(model, bounds, ways=ways)
         self.cache = KVCache(model.d_model, model.seq_len)
         super().__init__({
             "write": In(self.cache.write.signature.flip()),

@@ -8,9 +8,9 @@ from sim.harness import AttentionWithCache
 from sim.runner import run_bench
 
 
-def run(name, model, seed, count=60, stall=0.3):
-    params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall}
-    run_bench(AttentionWithCache(model, analyse(model)), name=name,
+def run(name, model, seed, count=60, stall=0.3, ways=1):
+    params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall, "ways": ways}
+    run_bench(AttentionWithCache(model, analyse(model), ways=ways), name=name,
               test_module="sim.bench_attention", params=params)
 
 
@@ -18,6 +18,13 @@ def run(name, model, seed, count=60, stall=0.3):
 def test_random_models(shape):
     rng = np.random.default_rng(sum(shape))
     run("attention_{}_{}_{}_{}_{}".format(*shape), random_model(rng, *shape), seed=sum(shape))
+
+
+@pytest.mark.parametrize("shape, ways", [((32, 4, 32, 32, 32), 3), ((24, 3, 8, 8, 5), 2), ((8, 2, 8, 8, 8), 3)])
+def test_several_columns_a_cycle(shape, ways):
+    """Context words of `ways` columns, spanning heads, the last one part empty."""
+    rng = np.random.default_rng(sum(shape) + ways)
+    run("attention_ways{}_{}_{}_{}_{}_{}".format(ways, *shape), random_model(rng, *shape), seed=ways, ways=ways)
 
 
 def test_extreme_models():
