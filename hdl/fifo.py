@@ -54,7 +54,8 @@ class StreamFIFO(wiring.Component):
     i : ``In(stream.Signature(shape))``
     o : ``Out(stream.Signature(shape))``
 
-    Latency 2 cycles (``SyncFIFOBuffered``), throughput one item per cycle.
+    Latency 1 cycle (``SyncFIFO``: the head is read from distributed RAM without a register),
+    throughput one item per cycle.
     """
 
     def __init__(self, shape, depth):
@@ -63,7 +64,7 @@ class StreamFIFO(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(
+        m.submodules.queue = queue = fifo.SyncFIFO(
             width=Shape.cast(self.shape).width, depth=self.depth)
         m.d.comb += [
             queue.w_data.eq(self.i.payload),
