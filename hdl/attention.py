@@ -166,9 +166,14 @@ class Attention(wiring.Component):
         with m.If(~scoring & w_valid[4]):
             for g in range(heads):
                 m.d.sync += den[g].eq(Mux(w_row[4] == 0, 0, den[g]) + weights[g])
-        with m.If(~scoring & w_valid[6]):
+        # The numerators' enable and first-row select reach every numerator: registered a
+        # stage early, and the select applied after the adder, beside it.
+        num_add = Signal()
+        num_first = Signal()
+        m.d.sync += [num_add.eq(~scoring & w_valid[5]), num_first.eq(w_row[5] == 0)]
+        with m.If(num_add):
             for e in range(d):
-                m.d.sync += num[e].eq(Mux(w_row[6] == 0, 0, num[e]) + products[e])
+                m.d.sync += num[e].eq(Mux(num_first, products[e], num[e] + products[e]))
 
         # -- Phase 3: the context, through `ways` dividers and r_ctx requants side by side;
         # they move in step, the first carrying the word's count and end.

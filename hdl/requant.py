@@ -128,30 +128,33 @@ class Requant(wiring.Component):
                 valid2.eq(valid1),
             ]
 
-        # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter).
+        # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter), and
+        # the rule's clamps judged on the product itself (`(p >> s) > 127` is `p >= 128 << s`),
+        # side by side rather than one after the other.
         shifts = sorted({rule.shift for rule in rules})
         shifted = Signal(signed(max(self.product_bits - shifts[0], 1)))
+        to_zero = Signal()  # ReLU: the result is 0
+        to_high = Signal()  # saturation: the result is 127
+        to_low = Signal()   # saturation: the result is −128
         select3 = Signal.like(select1)
         tag3 = Signal(self.tag_shape)
         valid3 = Signal()
         with m.If(advance):
             m.d.sync += [
                 shifted.eq(Array(product >> rule.shift for rule in rules)[select2]),
+                to_zero.eq(Array(Const(rule.relu) & (product < 0) for rule in rules)[select2]),
+                to_high.eq(Array(Const(rule.saturate) & (product >= (128 << rule.shift))
+                                 for rule in rules)[select2]),
+                to_low.eq(Array(Const(rule.saturate) & (product < (-128 << rule.shift))
+                                for rule in rules)[select2]),
                 select3.eq(select2),
                 tag3.eq(tag2),
                 valid3.eq(valid2),
             ]
 
-        # Stage 4: ReLU and saturation, then a register slice, so that the pipeline's enable
+        # Stage 4: the clamps applied, then a register slice, so that the pipeline's enable
         # comes from registers and the consumer's readiness goes no further than the slice.
-        results = []
-        for rule in rules:
-            result = shifted
-            if rule.relu:
-                result = Mux(result < 0, 0, result)
-            if rule.saturate:
-                result = Mux(result > 127, 127, Mux(result < -128, -128, result))
-            results.append(result)
+        result = Mux(to_zero, 0, Mux(to_high, 127, Mux(to_low, -128, shifted)))
         m.submodules.slice = out = SkidBuffer(self.o.payload.shape())
         wiring.connect(m, out.o, wiring.flipped(self.o))
         m.d.comb += [
@@ -160,7 +163,7 @@ class Requant(wiring.Component):
         ]
         with m.If(advance):
             m.d.sync += [
-                out.i.payload.value.eq(Array(results)[select3]),
+                out.i.payload.value.eq(result),
                 out.i.payload.tag.eq(tag3),
                 *([out.i.payload.select.eq(select3)] if len(rules) > 1 else []),
                 out.i.valid.eq(valid3),
