@@ -20,6 +20,8 @@ from pathlib import Path
 from int8model.bounds import BoundsError
 from int8model.format import ModelError, load
 
+from .fanout import KEEP_REPLICAS
+
 __all__ = ["estimate", "FitError", "main"]
 
 DEFAULT_CLOCK_HZ = 60_000_000  # 3 Mbaud is 20 clocks a bit; nextpnr reaches ~65 MHz
@@ -194,7 +196,7 @@ def main(argv=None):
     plan = platform.build(top, name="top", do_build=False,
                           # Later YoWASP Yosys builds only map LUTs with ABC9, which fails on this
                           # design; the classic ABC flow works (see pyproject.toml's pin).
-                          synth_opts="-noabc9",
+                          synth_opts="-noabc9", script_after_read=KEEP_REPLICAS,
                           nextpnr_opts="--timing-allow-fail --router router2 --report report.json")
     plan.extract(build_dir)
     code, seconds = run_toolchain(build_dir, f"{plan.script}.sh", out / "toolchain.log")

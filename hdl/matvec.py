@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 from int8model.bounds import Bound, matvec_bound
 
 from .fifo import SkidBuffer
+from .fanout import global_net, replicas
 
 __all__ = ["MatVec"]
 
@@ -43,10 +44,12 @@ class MatVec(wiring.Component):
         The sums ``ways`` at a time in column order: ``acc[k]`` is column ``column + k``, the
         first ``count`` of them are the matrix's; ``last`` marks the vector's last word.
 
-    Latency: the first output word leaves 6 cycles after the last input word of the first group.
+    Latency: the first output word leaves 7 cycles after the last input word of the first group.
     Throughput: one input word per cycle per group, one output word per cycle; with
     ``lanes <= rows`` the output never stalls the lanes.
     """
+
+    REPLICA_LANES = 6  # lanes per copy of an input element
 
     def __init__(self, matrices, lanes, *, ways=1, input_bounds=None):
         self.matrices = [np.asarray(w, dtype=np.int64) for w in matrices]
@@ -130,7 +133,9 @@ class MatVec(wiring.Component):
         last_col = table([c - 1 for c in self.cols], range(max(self.cols)))
 
         advance = Signal(init=1)  # the whole pipeline moves (a register: see the output)
-        m.d.comb += [weight_read.en.eq(advance), vector_read.en.eq(advance)]
+        # ... and reaches every register of the lanes: on a global net where there is one.
+        moving = global_net(m, platform, advance, "lanes_advance")
+        m.d.comb += [weight_read.en.eq(moving), vector_read.en.eq(moving)]
 
         # -- Issue: one input word per cycle, from the input stream (group 0) or the buffer (replay).
         replay = Signal()
@@ -186,39 +191,51 @@ class MatVec(wiring.Component):
         read = Signal(flags)
         direct = Signal(word_shape)
         from_input = Signal()
-        with m.If(advance):
+        with m.If(moving):
             m.d.sync += [read.eq(issued), direct.eq(self.i.payload.values), from_input.eq(~replay)]
         elements = Signal(word_shape)
         m.d.comb += elements.eq(Mux(from_input, direct, vector_read.data))
 
         # -- Operands: the block RAM's output goes straight into a register, not a multiplier.
         staged = Signal(flags)
-        # Each element goes to `lanes` multipliers: two copies halve that fanout. Their reset
-        # values differ in every bit, or synthesis would merge them back into one.
-        staged_copies = [[Signal(signed(8), init=init, name=f"staged_element{k}_{index}")
-                          for index, init in enumerate((0, -1))] for k in range(ways)]
+        # Each element goes to `lanes` multipliers, spread over the part: a copy per
+        # REPLICA_LANES lanes keeps each copy near its multipliers.
+        copies = -(-lanes // self.REPLICA_LANES)
+        staged_copies = [replicas(signed(8), copies, f"staged_element{k}") for k in range(ways)]
         staged_weights = Signal(unsigned(8 * lanes * ways))
-        with m.If(advance):
+        with m.If(moving):
             m.d.sync += [staged.eq(read), staged_weights.eq(weight_read.data)]
             for k, copies in enumerate(staged_copies):
                 m.d.sync += [copy.eq(elements[k]) for copy in copies]
+
+        # -- Operands: each multiplier's own pair of registers, placed beside it, so that the
+        # long routes end in a register and the multiplier starts from one next to it.
+        operands = Signal(flags)
+        elements = [[replicas(signed(8), 1, f"operand{k}_{lane}")[0] for lane in range(lanes)]
+                    for k in range(ways)]
+        weights_in = Signal(unsigned(8 * lanes * ways))
+        with m.If(moving):
+            m.d.sync += [operands.eq(staged), weights_in.eq(staged_weights)]
+            for k in range(ways):
+                for lane, element in enumerate(elements[k]):
+                    m.d.sync += element.eq(staged_copies[k][lane // self.REPLICA_LANES])
 
         # -- Multiply: one int8 × int8 product per lane and element.
         multiplied = Signal(flags)
         products = [[Signal(signed(16), name=f"product{k}_{lane}") for lane in range(lanes)]
                     for k in range(ways)]
-        with m.If(advance):
-            m.d.sync += multiplied.eq(staged)
+        with m.If(moving):
+            m.d.sync += multiplied.eq(operands)
             for k in range(ways):
                 for lane, product in enumerate(products[k]):
                     byte = k * lanes + lane
-                    weight = staged_weights[8 * byte:8 * byte + 8].as_signed()
-                    m.d.sync += product.eq(staged_copies[k][2 * lane // lanes] * weight)
+                    weight = weights_in[8 * byte:8 * byte + 8].as_signed()
+                    m.d.sync += product.eq(elements[k][lane] * weight)
 
         # -- Add each lane's products of the word.
         summed = Signal(flags)
         sums = [Signal(signed(16 + (ways - 1).bit_length()), name=f"sum{lane}") for lane in range(lanes)]
-        with m.If(advance):
+        with m.If(moving):
             m.d.sync += summed.eq(multiplied)
             for lane, total in enumerate(sums):
                 m.d.sync += total.eq(sum(products[k][lane] for k in range(ways)))
@@ -257,11 +274,13 @@ class MatVec(wiring.Component):
             load.eq(next_finishing & next_out_free),
         ]
 
+        accumulating = global_net(m, platform, accumulate, "lanes_accumulate")
+        loading = global_net(m, platform, load, "lanes_load")
         for acc, out, total in zip(accumulators, outputs, sums):
             result = Mux(summed.first, total, acc + total)
-            with m.If(accumulate):
+            with m.If(accumulating):
                 m.d.sync += acc.eq(result)
-            with m.If(load):
+            with m.If(loading):
                 m.d.sync += out.eq(result)
 
         m.d.comb += [
@@ -280,9 +299,11 @@ class MatVec(wiring.Component):
                 out_matrix.eq(summed.matrix),
             ]
         with m.Elif(taking):
-            # Shift the buffer down: the next word's sums move to the output.
             m.d.sync += [out_count.eq(Mux(out_count < ways, 0, out_count - ways)),
                          out_column.eq(out_column + ways)]
+        # Shift the buffer down: the next word's sums move to the output.
+        shifting = global_net(m, platform, taking & ~load, "lanes_shift")
+        with m.If(shifting):
             for here, after in zip(outputs, outputs[ways:]):
                 m.d.sync += here.eq(after)
         return m
