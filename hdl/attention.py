@@ -6,6 +6,7 @@ from int8model.bounds import Bound
 
 from .divider import FloorDivider
 from .kv_cache import CacheRead
+from .product import product_stages, split_product
 from .requant import Requant, Rule
 
 __all__ = ["Attention"]
@@ -44,7 +45,8 @@ class Attention(wiring.Component):
     """
 
     SCORE_LATENCY = 5   # issue → row address → K row → operands → products → head sums, written
-    WEIGHT_LATENCY = 7  # issue → gap → × M_score → index → LUT/V read → operands → products → num
+    # issue → gap → × M_score (two cycles when cut) → index → LUT/V read → operands → products → num
+    WEIGHT_LATENCY = 7
 
     def __init__(self, model, bounds, *, ways=1):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
@@ -57,6 +59,7 @@ class Attention(wiring.Component):
                                               "score_gap*M_score", "weights", "den", "num", "ctx")}
         self.score_bits = bounds["scores"].bits
         self.gap_bits = bounds["score_gap"].bits
+        self.gap_stages = product_stages(self.gap_bits, signed=False)
         self.weight_bits = bounds["weights"].bits
         self.operand_bits = max(8, self.weight_bits)
         self.product_bits = Bound(-(1 << (self.operand_bits - 1)) * 128,
@@ -126,8 +129,9 @@ class Attention(wiring.Component):
                     m.d.sync += peak[g].eq(head_sums[g])
 
         # -- Phase 2: weights, den, num.
-        w_valid = Signal(self.WEIGHT_LATENCY)
-        w_row = [Signal(range(self.seq_len), name=f"w_row{i}") for i in range(self.WEIGHT_LATENCY)]
+        weight_latency = self.WEIGHT_LATENCY + self.gap_stages - 1
+        w_valid = Signal(weight_latency)
+        w_row = [Signal(range(self.seq_len), name=f"w_row{i}") for i in range(weight_latency)]
         m.d.sync += [w_valid.eq(Mux(scoring, 0, (w_valid << 1) | issuing))]
         m.d.sync += w_row[0].eq(row)
         for early, late in zip(w_row, w_row[1:]):
@@ -135,10 +139,12 @@ class Attention(wiring.Component):
         m.d.comb += score_read.addr.eq(row)
 
         gaps = Signal(data.ArrayLayout(unsigned(max(1, self.gap_bits)), heads))
-        scaled = Signal(data.ArrayLayout(signed(b["score_gap*M_score"].bits), heads))
+        scaled = []
         for g in range(heads):
             m.d.sync += gaps[g].eq(peak[g] - score_read.data[g])
-            m.d.sync += scaled[g].eq(gaps[g] * self.score_rule.multiplier)
+            scaled.append(split_product(m, gaps[g], Const(self.score_rule.multiplier), 1,
+                                        b["score_gap*M_score"].bits, f"scaled{g}"))
+        late = self.gap_stages - 1  # a cut product is a cycle later
 
         m.submodules.exp_lut = lut = memory.Memory(
             shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
@@ -154,7 +160,7 @@ class Attention(wiring.Component):
         # The cache's address is registered (it reaches every block RAM of the cache): a K row
         # arrives two cycles after its issue; the V row in step with the LUT, whose addresses
         # both leave in the fifth cycle.
-        m.d.sync += self.cache.row.eq(Mux(scoring, row, w_row[2]))
+        m.d.sync += self.cache.row.eq(Mux(scoring, row, w_row[2 + late]))
         for e in range(d):
             m.d.comb += [
                 operand_a[e].eq(Mux(scoring, q[e], weights[e // hd])),
@@ -163,14 +169,14 @@ class Attention(wiring.Component):
 
         den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
         num = Signal(data.ArrayLayout(signed(b["num"].bits), d))
-        with m.If(~scoring & w_valid[4]):
+        with m.If(~scoring & w_valid[4 + late]):
             for g in range(heads):
-                m.d.sync += den[g].eq(Mux(w_row[4] == 0, 0, den[g]) + weights[g])
+                m.d.sync += den[g].eq(Mux(w_row[4 + late] == 0, 0, den[g]) + weights[g])
         # The numerators' enable and first-row select reach every numerator: registered a
         # stage early, and the select applied after the adder, beside it.
         num_add = Signal()
         num_first = Signal()
-        m.d.sync += [num_add.eq(~scoring & w_valid[5]), num_first.eq(w_row[5] == 0)]
+        m.d.sync += [num_add.eq(~scoring & w_valid[5 + late]), num_first.eq(w_row[5 + late] == 0)]
         with m.If(num_add):
             for e in range(d):
                 m.d.sync += num[e].eq(Mux(num_first, products[e], num[e] + products[e]))

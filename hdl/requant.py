@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from int8model.bounds import Bound, signed_bits
 
 from .fifo import SkidBuffer
+from .product import product_stages, split_product
 
 __all__ = ["Rule", "Requant"]
 
@@ -63,7 +64,8 @@ class Requant(wiring.Component):
         ``value`` is signed, as wide as the widest result of any rule; ``tag`` and ``select``
         pass through, so that units in a chain can share one rule index.
 
-    Latency 4 cycles, throughput one value per cycle; a stalled output holds the whole pipeline
+    Latency 4 cycles (5 for inputs wider than a multiplier's 18 bits: see :mod:`.product`),
+    throughput one value per cycle; a stalled output holds the whole pipeline
     (after one more value, which waits in the output's register slice).
     """
 
@@ -115,18 +117,16 @@ class Requant(wiring.Component):
                 valid1.eq(self.i.valid),
             ]
 
-        # Stage 2: the exact product.
-        product = Signal(signed(self.product_bits))
-        select2 = Signal.like(select1)
-        tag2 = Signal(self.tag_shape)
-        valid2 = Signal()
-        with m.If(advance):
-            m.d.sync += [
-                product.eq(value * multiplier),
-                select2.eq(select1),
-                tag2.eq(tag1),
-                valid2.eq(valid1),
-            ]
+        # Stage 2 (and 2b for an input wider than a multiplier): the exact product.
+        product = split_product(m, value, multiplier, advance, self.product_bits, "product")
+        select2, tag2, valid2 = select1, tag1, valid1
+        for stage in range(product_stages(self.in_bits)):
+            select2, tag2, valid2 = (Signal.like(select1, name=f"select2_{stage}"),
+                                     Signal(self.tag_shape, name=f"tag2_{stage}"),
+                                     Signal(name=f"valid2_{stage}"))
+            with m.If(advance):
+                m.d.sync += [select2.eq(select1), tag2.eq(tag1), valid2.eq(valid1)]
+            select1, tag1, valid1 = select2, tag2, valid2
 
         # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter), and
         # the rule's clamps judged on the product itself (`(p >> s) > 127` is `p >= 128 << s`),

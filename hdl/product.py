@@ -1,0 +1,36 @@
+"""Products wider than a multiplier, cut in two so that each half is one multiplier.
+
+An ECP5 multiplier takes 18-bit signed operands. Yosys maps a wider product onto several
+and adds their outputs in the same cycle, after the multipliers' own delay: the slowest
+path of a design. ``split_product`` instead registers each half's product and adds them
+in the next cycle.
+"""
+
+from amaranth.hdl import Signal, signed
+
+__all__ = ["MULTIPLIER_BITS", "product_stages", "split_product"]
+
+MULTIPLIER_BITS = 18
+LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
+
+
+def product_stages(a_bits, signed=True):
+    """Cycles from registered operands to the registered product: 1, or 2 when cut."""
+    return 1 if a_bits + (0 if signed else 1) <= MULTIPLIER_BITS else 2
+
+
+def split_product(m, a, b, enable, width, name):
+    """The product ``a · b`` in a register ``product_stages`` cycles later (moving on
+    ``enable``); ``b`` must fit a multiplier."""
+    product = Signal(signed(width), name=name)
+    if product_stages(len(a), a.shape().signed) == 1:
+        with m.If(enable):
+            m.d.sync += product.eq(a * b)
+        return product
+    high_part = a[LOW_BITS:].as_signed() if a.shape().signed else a[LOW_BITS:]
+    low = Signal(signed(LOW_BITS + len(b) + 1), name=f"{name}_low")
+    high = Signal(signed(width), name=f"{name}_high")
+    with m.If(enable):
+        m.d.sync += [low.eq(a[:LOW_BITS] * b), high.eq(high_part * b),
+                     product.eq((high << LOW_BITS) + low)]
+    return product
