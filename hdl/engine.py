@@ -131,20 +131,24 @@ class Engine(wiring.Component):
         wiring.connect(m, feed.o, matvec.i)
 
         # -- Embedding: x[e] = EinA[tok][e] + PinA[pos][e], one word of columns per cycle.
+        # Each row takes a power of two of words, so that a row's address is a shift of the
+        # token or position, not a product.
+        row_words = 1 << (words - 1).bit_length()
+
         def rom(table):
             values = table.tolist()
             bits = Bound(int(table.min()), int(table.max())).bits
             init = []
             for row in values:
-                row = row + [0] * (words * ways - len(row))
+                row = row + [0] * (row_words * ways - len(row))
                 init += [row[at:at + ways] for at in range(0, len(row), ways)]
             return memory.Memory(shape=data.ArrayLayout(signed(bits), ways), depth=len(init), init=init)
         m.submodules.token_embedding = token_rom = rom(model.embed)
         m.submodules.position_embedding = position_rom = rom(model.positions)
         token_read = token_rom.read_port()        # one cycle of latency
         position_read = position_rom.read_port()  # one cycle of latency
-        token_base = Signal(range(vocab * words))
-        position_base = Signal(range(seq_len * words + 1))
+        token_base = Signal(range(vocab * row_words))
+        position_base = Signal(range((seq_len + 1) * row_words))
         embed_word = Signal(range(words + 1))
         embed_fetched = Signal()       # the read ports hold word `embed_tag`
         embed_tag = Signal(range(words))
@@ -277,7 +281,7 @@ class Engine(wiring.Component):
 
         def start_step(tok):
             m.d.sync += [
-                token_base.eq(tok * words), embedding.eq(1), embed_word.eq(0),
+                token_base.eq(tok * row_words), embedding.eq(1), embed_word.eq(0),
                 embed_fetched.eq(0), cycles.eq(1), values_ready.eq(0),
                 have_q.eq(0), have_k.eq(0), have_v.eq(0),
             ]
@@ -342,7 +346,7 @@ class Engine(wiring.Component):
                 with m.If(argmax.o.valid):
                     m.d.sync += [
                         next_token.eq(argmax.o.payload), have_next.eq(1), last_cycles.eq(cycles),
-                        pos.eq(pos + 1), position_base.eq(position_base + words), steps.eq(steps + 1),
+                        pos.eq(pos + 1), position_base.eq(position_base + row_words), steps.eq(steps + 1),
                     ]
                     with m.If(generating):
                         m.next = "EMIT"
