@@ -185,7 +185,9 @@ class Attention(wiring.Component):
         # they move in step, the first carrying the word's count and end.
         ways = self.ways
         column = Signal(range(d + ways))
-        head_of = Array(Const(min(c, d - 1) // hd, range(heads)) for c in range(d + ways))
+        head_of = Array(Const(min(c, d - 1) // hd, range(heads)) for c in range(d + 2 * ways))
+        # The head of each column of the word, kept in registers a word ahead of its use.
+        heads_of_word = [Signal(range(heads), name=f"head{k}") for k in range(ways)]
         word = data.StructLayout({"count": range(ways + 1), "last": 1})
         dividers, requants = [], []
         for k in range(ways):
@@ -196,7 +198,7 @@ class Attention(wiring.Component):
             wiring.connect(m, divider.o, requant.i)
             m.d.comb += [
                 divider.i.payload.num.eq(num[k] if k < d else 0),
-                divider.i.payload.den.eq(den[head_of[column + k]]),
+                divider.i.payload.den.eq(den[heads_of_word[k]]),
                 self.o.payload.values[k].eq(requant.o.payload.value),
                 requant.o.ready.eq(self.o.ready),
             ]
@@ -232,6 +234,7 @@ class Attention(wiring.Component):
             with m.State("WEIGHT_DRAIN"):
                 with m.If(w_valid == 0):
                     m.d.sync += column.eq(0)
+                    m.d.sync += [head.eq(head_of[k]) for k, head in enumerate(heads_of_word)]
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
                 m.d.comb += [divider.i.valid.eq(1) for divider in dividers]
@@ -240,6 +243,7 @@ class Attention(wiring.Component):
                     for e in range(d - ways):
                         m.d.sync += num[e].eq(num[e + ways])
                     m.d.sync += column.eq(column + ways)
+                    m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
                     with m.If(column + ways >= d):
                         m.d.sync += scoring.eq(1)
                         m.next = "IDLE"
