@@ -25,7 +25,7 @@ class ArgMax(wiring.Component):
     o : ``Out(stream.Signature(range(length)))``
         The index of the run's first maximum.
 
-    Throughput one word per cycle; the index is valid two cycles after the last word.
+    Throughput one word per cycle; the index is valid three cycles after the last word.
     """
 
     def __init__(self, value_bits, length, *, ways=1):
@@ -42,7 +42,15 @@ class ArgMax(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         ways = self.ways
-        values, count = self.i.payload.values, self.i.payload.count
+
+        # Stage 0: the word, registered (it arrives from far, and is compared at once).
+        word = Signal.like(self.i.payload)
+        word_in = Signal()
+        taken = self.i.valid & self.i.ready
+        m.d.sync += word_in.eq(taken)
+        with m.If(taken):
+            m.d.sync += word.eq(self.i.payload)
+        values, count = word.values, word.count
 
         # Stage 1: the word's first maximum among its counted values. Strictly greater, so
         # that an equal value later in the word (or the run) never displaces the first.
@@ -54,9 +62,8 @@ class ArgMax(wiring.Component):
         for k in range(1, ways):
             better = (k < count) & (values[k] > best)
             best, offset = Mux(better, values[k], best), Mux(better, k, offset)
-        taken = self.i.valid & self.i.ready
-        m.d.sync += [word_valid.eq(taken), word_last.eq(taken & self.i.payload.last)]
-        with m.If(taken):
+        m.d.sync += [word_valid.eq(word_in), word_last.eq(word_in & word.last)]
+        with m.If(word_in):
             m.d.sync += [word_best.eq(best), word_offset.eq(offset)]
 
         # Stage 2: against the run's best so far.
@@ -64,7 +71,7 @@ class ArgMax(wiring.Component):
         run_best = Signal(signed(self.value_bits))
         run_index = Signal(range(self.length))
         # One run at a time: its last word goes through before the next run starts.
-        m.d.comb += self.i.ready.eq(~self.o.valid & ~word_last)
+        m.d.comb += self.i.ready.eq(~self.o.valid & ~word_last & ~(word_in & word.last))
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(word_valid):

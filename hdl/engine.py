@@ -10,7 +10,7 @@ from int8model.bounds import Bound, analyse
 from .argmax import ArgMax
 from .attention import Attention
 from .epilogue import Epilogue, Stage
-from .fifo import StreamFIFO
+from .fifo import RegisterSlice, StreamFIFO
 from .kv_cache import KVCache
 from .matvec import MatVec
 
@@ -130,6 +130,10 @@ class Engine(wiring.Component):
         wiring.connect(m, attention.cache, cache.read)
         wiring.connect(m, feed.o, matvec.i)
 
+        # The epilogues' inputs, decided below, through a register: the decisions are logic
+        # on another unit's output, the epilogues start with a multiplier.
+        m.submodules.routed = routed = RegisterSlice(data.ArrayLayout(epilogues[0].i.payload.shape(), ways))
+
         # -- Embedding: x[e] = EinA[tok][e] + PinA[pos][e], one word of columns per cycle.
         # Each row takes a power of two of words, so that a row's address is a shift of the
         # token or position, not a product.
@@ -157,7 +161,7 @@ class Engine(wiring.Component):
         embed_advance = Signal()
         m.d.comb += [
             embed_out_valid.eq(embedding & embed_fetched),
-            embed_advance.eq(~embed_out_valid | epilogues[0].i.ready),
+            embed_advance.eq(~embed_out_valid | routed.i.ready),
             token_read.en.eq(embed_advance),
             position_read.en.eq(embed_advance),
             token_read.addr.eq(token_base + embed_word),
@@ -175,6 +179,13 @@ class Engine(wiring.Component):
         to_head = matvec.o.payload.matrix == Matrix.HEAD
         product = matvec.o.payload
         for k, epilogue in enumerate(epilogues):
+            m.d.comb += [
+                epilogue.i.valid.eq(routed.o.valid),
+                epilogue.i.payload.eq(routed.o.payload[k]),
+            ]
+        m.d.comb += routed.o.ready.eq(epilogues[0].i.ready)
+        for k in range(ways):
+            into = routed.i.payload[k]
             column = product.column + k
             qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
             qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
@@ -182,17 +193,17 @@ class Engine(wiring.Component):
             embed_column = embed_tag * ways + k
             with m.If(embed_out_valid):
                 m.d.comb += [
-                    epilogue.i.valid.eq(1),
-                    epilogue.i.payload.value.eq(token_read.data[k] + position_read.data[k]),
-                    epilogue.i.payload.select.eq(Stage.EMBED),
-                    epilogue.i.payload.tag.eq(Mux(embed_column < d, embed_column, scratch)),
+                    routed.i.valid.eq(1),
+                    into.value.eq(token_read.data[k] + position_read.data[k]),
+                    into.select.eq(Stage.EMBED),
+                    into.tag.eq(Mux(embed_column < d, embed_column, scratch)),
                 ]
             with m.Else():
                 m.d.comb += [
-                    epilogue.i.valid.eq(matvec.o.valid & ~to_head),
-                    epilogue.i.payload.value.eq(product.acc[k]),
-                    epilogue.i.payload.select.eq(stage_of[product.matrix]),
-                    epilogue.i.payload.tag.eq(Mux(
+                    routed.i.valid.eq(matvec.o.valid & ~to_head),
+                    into.value.eq(product.acc[k]),
+                    into.select.eq(stage_of[product.matrix]),
+                    into.tag.eq(Mux(
                         k >= product.count, scratch,
                         Mux(product.matrix == Matrix.QKV, qkv_column, column))),
                 ]
@@ -201,7 +212,7 @@ class Engine(wiring.Component):
             argmax.i.payload.values.eq(product.acc),
             argmax.i.payload.count.eq(product.count),
             argmax.i.payload.last.eq(product.last),
-            matvec.o.ready.eq(Mux(to_head, argmax.i.ready, epilogues[0].i.ready & ~embed_out_valid)),
+            matvec.o.ready.eq(Mux(to_head, argmax.i.ready, routed.i.ready & ~embed_out_valid)),
         ]
 
         stage = epilogues[0].o.payload.select

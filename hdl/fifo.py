@@ -2,7 +2,31 @@ from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StreamFIFO", "SkidBuffer"]
+__all__ = ["StreamFIFO", "SkidBuffer", "RegisterSlice"]
+
+
+class RegisterSlice(wiring.Component):
+    """A register slice for the forward path: ``o.valid`` and ``o.payload`` leave from registers.
+
+    For a payload worked out by logic (routing decided from the fields of another stream) that
+    would otherwise run on, unregistered, into the consumer's first stage. One cycle of latency,
+    one item per cycle.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(shape))``
+    o : ``Out(stream.Signature(shape))``
+    """
+
+    def __init__(self, shape):
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.i.ready):
+            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.eq(self.i.payload)]
+        return m
 
 
 class SkidBuffer(wiring.Component):

@@ -6,12 +6,13 @@ path of a design. ``split_product`` instead registers each half's product and ad
 in the next cycle.
 """
 
-from amaranth.hdl import Signal, signed
+from amaranth.hdl import Mux, Signal, signed
 
 __all__ = ["MULTIPLIER_BITS", "product_stages", "split_product"]
 
 MULTIPLIER_BITS = 18
 LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
+SHIFT_ADD_BITS = 3  # a high half this narrow is added up in logic instead
 
 
 def product_stages(a_bits, signed=True):
@@ -28,9 +29,17 @@ def split_product(m, a, b, enable, width, name):
             m.d.sync += product.eq(a * b)
         return product
     high_part = a[LOW_BITS:].as_signed() if a.shape().signed else a[LOW_BITS:]
+    if len(high_part) <= SHIFT_ADD_BITS:
+        # A few high bits: a sum of shifted copies of `b` costs less than a multiplier.
+        terms = [Mux(high_part[i], b << i, 0) for i in range(len(high_part))]
+        if a.shape().signed:
+            terms[-1] = -terms[-1]  # the sign bit weighs −2^i
+        high_product = sum(terms)
+    else:
+        high_product = high_part * b
     low = Signal(signed(LOW_BITS + len(b) + 1), name=f"{name}_low")
     high = Signal(signed(width), name=f"{name}_high")
     with m.If(enable):
-        m.d.sync += [low.eq(a[:LOW_BITS] * b), high.eq(high_part * b),
+        m.d.sync += [low.eq(a[:LOW_BITS] * b), high.eq(high_product),
                      product.eq((high << LOW_BITS) + low)]
     return product
