@@ -25,7 +25,7 @@ class ArgMax(wiring.Component):
     o : ``Out(stream.Signature(range(length)))``
         The index of the run's first maximum.
 
-    Throughput one word per cycle; the index is valid three cycles after the last word.
+    Throughput one word per cycle; the index is valid four cycles after the last word.
     """
 
     def __init__(self, value_bits, length, *, ways=1):
@@ -52,26 +52,44 @@ class ArgMax(wiring.Component):
             m.d.sync += word.eq(self.i.payload)
         values, count = word.values, word.count
 
-        # Stage 1: the word's first maximum among its counted values. Strictly greater, so
-        # that an equal value later in the word (or the run) never displaces the first.
+        # Stage 1: every pair of the word compared at once: pairs[j, k] is "value k > value j".
+        pairs = {(j, k): Signal(name=f"greater_{k}_{j}") for j in range(ways) for k in range(j + 1, ways)}
+        compared = Signal.like(word)
+        compared_in = Signal()
+        m.d.sync += compared_in.eq(word_in)
+        with m.If(word_in):
+            m.d.sync += compared.eq(word)
+            m.d.sync += [bit.eq(values[k] > values[j]) for (j, k), bit in pairs.items()]
+
+        # Stage 2: the word's first maximum among its counted values: the value that is
+        # greater than every counted one before it and not less than every counted one after.
+        # Strictly greater, so that an equal value later in the word (or the run) never
+        # displaces the first.
         word_best = Signal(signed(self.value_bits))
         word_offset = Signal(range(ways))
         word_valid = Signal()
         word_last = Signal()
-        best, offset = values[0], 0
+        live = [k < compared.count for k in range(ways)]
+        best, offset = compared.values[0], 0
         for k in range(1, ways):
-            better = (k < count) & (values[k] > best)
-            best, offset = Mux(better, values[k], best), Mux(better, k, offset)
-        m.d.sync += [word_valid.eq(word_in), word_last.eq(word_in & word.last)]
-        with m.If(word_in):
+            wins = live[k]
+            for j in range(ways):
+                if j < k:
+                    wins &= ~live[j] | pairs[j, k]
+                elif j > k:
+                    wins &= ~live[j] | ~pairs[k, j]
+            best, offset = Mux(wins, compared.values[k], best), Mux(wins, k, offset)
+        m.d.sync += [word_valid.eq(compared_in), word_last.eq(compared_in & compared.last)]
+        with m.If(compared_in):
             m.d.sync += [word_best.eq(best), word_offset.eq(offset)]
 
-        # Stage 2: against the run's best so far.
+        # Stage 3: against the run's best so far.
         base = Signal(range(self.length + ways))  # the index of the word's first value
         run_best = Signal(signed(self.value_bits))
         run_index = Signal(range(self.length))
         # One run at a time: its last word goes through before the next run starts.
-        m.d.comb += self.i.ready.eq(~self.o.valid & ~word_last & ~(word_in & word.last))
+        m.d.comb += self.i.ready.eq(~self.o.valid & ~word_last & ~(compared_in & compared.last)
+                                    & ~(word_in & word.last))
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(word_valid):
