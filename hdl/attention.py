@@ -213,12 +213,17 @@ class Attention(wiring.Component):
             self.o.payload.last.eq(requants[0].o.payload.tag.last),
         ]
 
+        # The query is copied on every idle cycle (so also on the one that takes it): its
+        # enable is then one register, not the state decode and the input's valid.
+        idle = Signal(init=1)
+        with m.If(idle):
+            m.d.sync += q.eq(self.i.payload.q)
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.i.ready.eq(1)
                 with m.If(self.i.valid):
-                    m.d.sync += [q.eq(self.i.payload.q), pos.eq(self.i.payload.pos),
-                                 row.eq(0), scoring.eq(1)]
+                    m.d.sync += [pos.eq(self.i.payload.pos), row.eq(0), scoring.eq(1), idle.eq(0)]
                     m.next = "SCORE"
             # A pass issues rows 0..pos, one a cycle, then waits for its pipeline to drain.
             for phase in ("SCORE", "WEIGHT"):
@@ -246,5 +251,6 @@ class Attention(wiring.Component):
                     m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
                     with m.If(column + ways >= d):
                         m.d.sync += scoring.eq(1)
+                        m.d.sync += idle.eq(1)
                         m.next = "IDLE"
         return m

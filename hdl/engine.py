@@ -241,9 +241,12 @@ class Engine(wiring.Component):
         k = Signal(data.ArrayLayout(signed(8), d))
         v = Signal(data.ArrayLayout(signed(8), d))
         have_q, have_k, have_v = Signal(), Signal(), Signal()  # the vector is complete
-        for epilogue in epilogues:
-            out = epilogue.o.payload
-            with m.If(epilogue.o.valid & collected):
+        for way, epilogue in enumerate(epilogues):
+            # Registered before it is decoded: the decoded enables reach all of q, k and v.
+            out = Signal.like(epilogue.o.payload, name=f"collect{way}")
+            arrived = Signal(name=f"collect{way}_valid")
+            m.d.sync += [out.eq(epilogue.o.payload), arrived.eq(epilogue.o.valid & collected)]
+            with m.If(arrived):
                 with m.Switch(out.select):
                     for name, target, complete in ((Stage.Q, q, have_q), (Stage.K, k, have_k),
                                                    (Stage.V, v, have_v)):
