@@ -154,8 +154,11 @@ class Engine(wiring.Component):
         token_base = Signal(range(vocab * row_words))
         position_base = Signal(range((seq_len + 1) * row_words))
         embed_word = Signal(range(words + 1))
-        embed_fetched = Signal()       # the read ports hold word `embed_tag`
-        embed_tag = Signal(range(words))
+        embed_fetched = Signal()  # the read ports hold the word whose first column is `embed_tag_column`
+        # Columns counted rather than multiplied out of word numbers (a product would take a
+        # multiplier, and a far one).
+        embed_word_column = Signal(range(words * ways + 1))  # the first column of `embed_word`
+        embed_tag_column = Signal(range(words * ways + 1))
         embedding = Signal()
         embed_out_valid = Signal()
         embed_advance = Signal()
@@ -168,9 +171,9 @@ class Engine(wiring.Component):
             position_read.addr.eq(position_base + embed_word),
         ]
         with m.If(embedding & embed_advance):
-            m.d.sync += [embed_fetched.eq(embed_word < words), embed_tag.eq(embed_word)]
+            m.d.sync += [embed_fetched.eq(embed_word < words), embed_tag_column.eq(embed_word_column)]
             with m.If(embed_word < words):
-                m.d.sync += embed_word.eq(embed_word + 1)
+                m.d.sync += [embed_word.eq(embed_word + 1), embed_word_column.eq(embed_word_column + ways)]
 
         # -- Routing between the units. At any time at most one source of each shared input
         # is active: the sequence of a step guarantees it, the priorities below only document it.
@@ -190,7 +193,7 @@ class Engine(wiring.Component):
             qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
             qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
             stage_of = Array([qkv_stage, Stage.O, Stage.H, Stage.F, Stage.F])
-            embed_column = embed_tag * ways + k
+            embed_column = embed_tag_column + k
             with m.If(embed_out_valid):
                 m.d.comb += [
                     routed.i.valid.eq(1),
@@ -295,7 +298,7 @@ class Engine(wiring.Component):
 
         def start_step(tok):
             m.d.sync += [
-                token_base.eq(tok * row_words), embedding.eq(1), embed_word.eq(0),
+                token_base.eq(tok * row_words), embedding.eq(1), embed_word.eq(0), embed_word_column.eq(0),
                 embed_fetched.eq(0), cycles.eq(1), values_ready.eq(0),
                 have_q.eq(0), have_k.eq(0), have_v.eq(0),
             ]
