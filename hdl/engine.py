@@ -67,7 +67,9 @@ class Engine(wiring.Component):
     collected for the :class:`~.kv_cache.KVCache` and the :class:`~.attention.Attention` unit,
     whose context feeds the output projection; the head's logits stream into the
     :class:`~.argmax.ArgMax`. Products overlap: each vector streams into the next matrix while
-    it is still leaving the previous one. All shapes, weights and tables come from the model.
+    it is still leaving the previous one. Vectors move ``ways`` elements a cycle, as words:
+    ``ways`` epilogues work side by side, element k of every word on epilogue k. All shapes,
+    weights and tables come from the model.
 
     Ports
     -----
@@ -106,11 +108,6 @@ class Engine(wiring.Component):
             "tokens": Out(stream.Signature(8)),
             "status": Out(status_layout(model.seq_len)),
         })
-
-    @property
-    def multipliers(self):
-        """The multipliers of the matrix products and of attention's row phases."""
-        return self.matvec.multipliers + self.attention.d_model
 
     def elaborate(self, platform):
         m = Module()
