@@ -119,14 +119,14 @@ class Requant(wiring.Component):
 
         # Stage 2 (and 2b for an input wider than a multiplier): the exact product.
         product = split_product(m, value, multiplier, advance, self.product_bits, "product")
+        # The rule, tag and valid flag follow the product, as many cycles later.
         select2, tag2, valid2 = select1, tag1, valid1
         for stage in range(product_stages(self.in_bits)):
-            select2, tag2, valid2 = (Signal.like(select1, name=f"select2_{stage}"),
-                                     Signal(self.tag_shape, name=f"tag2_{stage}"),
-                                     Signal(name=f"valid2_{stage}"))
+            later = (Signal.like(select1, name=f"select2_{stage}"),
+                     Signal(self.tag_shape, name=f"tag2_{stage}"), Signal(name=f"valid2_{stage}"))
             with m.If(advance):
-                m.d.sync += [select2.eq(select1), tag2.eq(tag1), valid2.eq(valid1)]
-            select1, tag1, valid1 = select2, tag2, valid2
+                m.d.sync += [later[0].eq(select2), later[1].eq(tag2), later[2].eq(valid2)]
+            select2, tag2, valid2 = later
 
         # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter), and
         # the rule's clamps judged on the product itself (`(p >> s) > 127` is `p >= 128 << s`),
