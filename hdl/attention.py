@@ -31,8 +31,11 @@ class Attention(wiring.Component):
     Ports
     -----
     i : ``In(stream.Signature(StructLayout({"q": ArrayLayout(signed(8), d_model), "pos"})))``
-        The query and its position; the cache rows 0..pos must already be written.
+        The query and its position; the cache rows 0..pos−1 must already be written.
     cache : ``Out(CacheRead(d_model, seq_len))``
+    keys_ready : ``In(1)``
+        The K row at ``pos`` is written: the score phase waits for it before its last row, so
+        that it can score the rows already cached while K is still being computed.
     values_ready : ``In(1)``
         The V row at ``pos`` is written: the weight phase waits for it, so that the score
         phase can run while V is still being computed.
@@ -68,6 +71,7 @@ class Attention(wiring.Component):
             "i": In(stream.Signature(data.StructLayout({
                 "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len)}))),
             "cache": Out(CacheRead(self.d_model, self.seq_len)),
+            "keys_ready": In(1),
             "values_ready": In(1),
             "o": Out(stream.Signature(data.StructLayout({
                 "values": data.ArrayLayout(signed(self.ctx_rule.result_bound(bounds["ctx"]).bits), ways),
@@ -228,10 +232,12 @@ class Attention(wiring.Component):
             # A pass issues rows 0..pos, one a cycle, then waits for its pipeline to drain.
             for phase in ("SCORE", "WEIGHT"):
                 with m.State(phase):
-                    m.d.comb += issuing.eq(1)
-                    m.d.sync += row.eq(row + 1)
-                    with m.If(row == pos):
-                        m.next = f"{phase}_DRAIN"
+                    # The score of row pos waits for its K row.
+                    m.d.comb += issuing.eq((row != pos) | self.keys_ready if phase == "SCORE" else 1)
+                    with m.If(issuing):
+                        m.d.sync += row.eq(row + 1)
+                        with m.If(row == pos):
+                            m.next = f"{phase}_DRAIN"
             with m.State("SCORE_DRAIN"):
                 with m.If((s_valid == 0) & self.values_ready):
                     m.d.sync += [row.eq(0), scoring.eq(0)]

@@ -259,10 +259,12 @@ class Engine(wiring.Component):
                                 m.d.sync += complete.eq(1)
 
         pos = Signal(range(seq_len + 1))
-        # Attention scores rows as soon as q and K[pos] are there, and waits for the V row
-        # before weighing them (V comes last out of the lanes).
+        # Attention scores the cached rows as soon as q is there, row pos once K[pos] is
+        # written, and waits for the V row before weighing them (q, k, v leave the lanes in
+        # that order).
+        keys_ready = Signal()
         values_ready = Signal()
-        m.d.comb += attention.values_ready.eq(values_ready)
+        m.d.comb += [attention.keys_ready.eq(keys_ready), attention.values_ready.eq(values_ready)]
         m.d.comb += [
             cache.write.payload.pos.eq(pos),
             cache.write.payload.k.eq(k),
@@ -296,7 +298,7 @@ class Engine(wiring.Component):
         def start_step(tok):
             m.d.sync += [
                 token_base.eq(tok * row_words), embedding.eq(1), embed_word.eq(0), embed_word_column.eq(0),
-                embed_fetched.eq(0), cycles.eq(1), values_ready.eq(0),
+                embed_fetched.eq(0), cycles.eq(1), keys_ready.eq(0), values_ready.eq(0),
                 have_q.eq(0), have_k.eq(0), have_v.eq(0),
             ]
 
@@ -338,16 +340,20 @@ class Engine(wiring.Component):
                 # Embedding ends once its last column has been taken.
                 with m.If(embedding & (embed_word == words) & embed_advance):
                     m.d.sync += embedding.eq(0)
-                with m.If(have_q & have_k):
+                with m.If(have_q):
+                    m.next = "ATTEND"
+            with m.State("ATTEND"):
+                m.d.comb += attention.i.valid.eq(1)
+                with m.If(attention.i.ready):
+                    m.next = "WAIT_KEYS"
+            with m.State("WAIT_KEYS"):
+                with m.If(have_k):
                     m.next = "WRITE_KEYS"
             with m.State("WRITE_KEYS"):
                 # K[pos] is complete (V[pos] is not yet: it is written again below).
                 m.d.comb += cache.write.valid.eq(1)  # the cache takes a row every cycle
-                m.next = "ATTEND"
-            with m.State("ATTEND"):
-                m.d.comb += attention.i.valid.eq(1)
-                with m.If(attention.i.ready):
-                    m.next = "WAIT_VALUES"
+                m.d.sync += keys_ready.eq(1)
+                m.next = "WAIT_VALUES"
             with m.State("WAIT_VALUES"):
                 with m.If(have_v):
                     m.next = "WRITE_ROW"

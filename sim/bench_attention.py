@@ -3,6 +3,7 @@
 import random
 
 import cocotb
+from cocotb.triggers import ClockCycles
 import numpy as np
 
 from int8model.bounds import analyse
@@ -55,8 +56,17 @@ async def attention_matches_golden(dut):
     query = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk)
     sink = StreamSink(dut, "o", unit.o.payload.shape(), dut.clk, stall=params["stall"], rng=rng)
     for n, (pos, q, keys, values) in enumerate(cases(model, bounds, rng, params["count"])):
-        await writer.send([{"pos": j, "k": keys[j], "v": values[j]} for j in range(pos + 1)])
+        # As in the engine: rows 0..pos−1 are cached, row pos is written while the unit
+        # already scores, and its readiness is raised only then.
+        dut.keys_ready.value = 0
+        dut.values_ready.value = 0
+        await writer.send([{"pos": j, "k": keys[j], "v": values[j]} for j in range(pos)])
         await query.send([{"q": q, "pos": pos}])
+        await ClockCycles(dut.clk, rng.randrange(2 * pos + 12))
+        await writer.send([{"pos": pos, "k": keys[pos], "v": values[pos]}])
+        dut.keys_ready.value = 1
+        await ClockCycles(dut.clk, rng.randrange(8))
+        dut.values_ready.value = 1
         ways = unit.attention.ways
         got = await sink.receive(-(-model.d_model // ways))
         *_, ctx = attention(np.array(q), np.array(keys), np.array(values), model.n_heads,

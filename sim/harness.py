@@ -11,7 +11,7 @@ __all__ = ["AttentionWithCache"]
 
 
 class AttentionWithCache(wiring.Component):
-    """The attention unit reading a KV cache whose write port the bench drives."""
+    """The attention unit reading a KV cache whose write port, and row ``pos``'s readiness, the bench drives."""
 
     def __init__(self, model, bounds, *, ways=1):
         self.attention = Attention(model, bounds, ways=ways)
@@ -19,6 +19,8 @@ class AttentionWithCache(wiring.Component):
         super().__init__({
             "write": In(self.cache.write.signature.flip()),
             "i": In(self.attention.i.signature.flip()),
+            "keys_ready": In(1),
+            "values_ready": In(1),
             "o": Out(self.attention.o.signature),
         })
 
@@ -27,7 +29,10 @@ class AttentionWithCache(wiring.Component):
         m.submodules.attention = self.attention
         m.submodules.cache = self.cache
         wiring.connect(m, self.attention.cache, self.cache.read)
-        m.d.comb += self.attention.values_ready.eq(1)  # the bench writes whole rows first
+        m.d.comb += [
+            self.attention.keys_ready.eq(self.keys_ready),
+            self.attention.values_ready.eq(self.values_ready),
+        ]
         wiring.connect(m, wiring.flipped(self.write), self.cache.write)
         wiring.connect(m, wiring.flipped(self.i), self.attention.i)
         wiring.connect(m, self.attention.o, wiring.flipped(self.o))
