@@ -7,6 +7,7 @@ from int8model.bounds import Bound, matvec_bound
 
 from .fifo import SkidBuffer
 from .fanout import global_net, replicas
+from .product import nibble_products
 
 __all__ = ["MatVec"]
 
@@ -32,6 +33,10 @@ class MatVec(wiring.Component):
     matrices : list of 2-D integer arrays (rows × cols, input-major), values in int8
     lanes : int, a multiple of ``ways`` (so that no output word spans two groups)
     ways : int
+    lut_ways : int
+        Of each lane's ``ways`` multipliers, how many (the last) are made of LUT logic
+        (:func:`.product.nibble_products`) rather than DSP blocks: a part with too few
+        multipliers for the ways still takes them. Same latency either way.
     input_bounds : list of :class:`~int8model.bounds.Bound`, one per matrix
         The range of that matrix's input elements (int8 by default); with the weights it
         bounds the accumulator, whose width is derived from it.
@@ -51,7 +56,7 @@ class MatVec(wiring.Component):
 
     REPLICA_LANES = 6  # lanes per copy of an input element
 
-    def __init__(self, matrices, lanes, *, ways=1, input_bounds=None):
+    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None):
         self.matrices = [np.asarray(w, dtype=np.int64) for w in matrices]
         if not self.matrices:
             raise ValueError("MatVec needs at least one matrix")
@@ -60,7 +65,9 @@ class MatVec(wiring.Component):
                 raise ValueError("every matrix is a non-empty 2-D int8 array")
         if ways < 1 or lanes < 1 or lanes % ways:
             raise ValueError(f"{lanes} lanes and {ways} ways: the lanes must be a multiple of the ways")
-        self.lanes, self.ways = lanes, ways
+        if not 0 <= lut_ways <= ways:
+            raise ValueError(f"{lut_ways} of {ways} ways in LUTs: it takes 0 to {ways}")
+        self.lanes, self.ways, self.lut_ways = lanes, ways, lut_ways
         self.rows = [w.shape[0] for w in self.matrices]
         self.cols = [w.shape[1] for w in self.matrices]
         self.steps = [-(-r // ways) for r in self.rows]
@@ -107,7 +114,12 @@ class MatVec(wiring.Component):
 
     @property
     def multipliers(self):
+        """The lanes' products a cycle."""
         return self.lanes * self.ways
+
+    @property
+    def dsp_multipliers(self):
+        return self.lanes * (self.ways - self.lut_ways)
 
     def elaborate(self, platform):
         m = Module()
@@ -220,17 +232,27 @@ class MatVec(wiring.Component):
                 for lane, element in enumerate(elements[k]):
                     m.d.sync += element.eq(staged_copies[k][lane // self.REPLICA_LANES])
 
-        # -- Multiply: one int8 × int8 product per lane and element.
+        # -- Multiply: one int8 × int8 product per lane and element; in the LUT ways as two
+        # partial products, added in the next stage with the others.
         multiplied = Signal(flags)
-        products = [[Signal(signed(16), name=f"product{k}_{lane}") for lane in range(lanes)]
-                    for k in range(ways)]
+        products = [[] for _ in range(ways)]  # per way and lane: the terms of the product
         with m.If(moving):
             m.d.sync += multiplied.eq(operands)
             for k in range(ways):
-                for lane, product in enumerate(products[k]):
+                for lane in range(lanes):
                     byte = k * lanes + lane
                     weight = weights_in[8 * byte:8 * byte + 8].as_signed()
-                    m.d.sync += product.eq(elements[k][lane] * weight)
+                    element = elements[k][lane]
+                    if k < ways - self.lut_ways:
+                        product = Signal(signed(16), name=f"product{k}_{lane}")
+                        m.d.sync += product.eq(element * weight)
+                        products[k].append(product)
+                    else:
+                        low = Signal(signed(13), name=f"product{k}_{lane}_low")
+                        high = Signal(signed(12), name=f"product{k}_{lane}_high")
+                        low_part, high_part = nibble_products(element, weight)
+                        m.d.sync += [low.eq(low_part), high.eq(high_part)]
+                        products[k].append(low + (high << 4))
 
         # -- Add each lane's products of the word.
         summed = Signal(flags)

@@ -8,7 +8,7 @@ in the next cycle.
 
 from amaranth.hdl import Mux, Signal, signed
 
-__all__ = ["MULTIPLIER_BITS", "product_stages", "split_product"]
+__all__ = ["MULTIPLIER_BITS", "product_stages", "split_product", "nibble_products"]
 
 MULTIPLIER_BITS = 18
 LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
@@ -43,3 +43,19 @@ def split_product(m, a, b, enable, width, name):
         m.d.sync += [low.eq(a[:LOW_BITS] * b), high.eq(high_product),
                      product.eq((high << LOW_BITS) + low)]
     return product
+
+
+def nibble_products(a, b):
+    """``a · b`` for an 8-bit signed ``b``, made of logic rather than a multiplier: the two
+    partial products ``(low, high)`` with ``a · b == low + (high << 4)``, ``low`` by ``b``'s
+    low nibble (unsigned), ``high`` by its high nibble (signed).
+
+    Each is a sum of four shifted copies of ``a``, and no ``*``: Yosys infers no DSP block
+    for it, so a design can have more products than its part has multipliers.
+    """
+    def by_nibble(nibble, signed_nibble):
+        terms = [Mux(nibble[i], a << i, 0) for i in range(4)]
+        if signed_nibble:
+            terms[3] = -terms[3]  # the sign bit weighs −2^3
+        return (terms[0] + terms[1]) + (terms[2] + terms[3])
+    return by_nibble(b[0:4], False), by_nibble(b[4:8], True)

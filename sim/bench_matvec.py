@@ -14,7 +14,8 @@ from .streams import StreamSink, StreamSource
 
 
 def build(params):
-    return MatVec([np.array(w) for w in params["matrices"]], params["lanes"], ways=params.get("ways", 1))
+    return MatVec([np.array(w) for w in params["matrices"]], params["lanes"], ways=params.get("ways", 1),
+                  lut_ways=params.get("lut_ways", 0))
 
 
 def vectors(unit, rng, count):

@@ -6,10 +6,11 @@ from int8model.synthetic import random_model
 from sim.runner import run_bench
 
 
-def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1):
+def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_ways=0):
     params = {"matrices": [np.asarray(w).tolist() for w in matrices], "lanes": lanes, "ways": ways,
-              "seed": seed, "count": count, "idle": idle, "stall": stall}
-    run_bench(MatVec(matrices, lanes, ways=ways), name=name, test_module="sim.bench_matvec", params=params)
+              "lut_ways": lut_ways, "seed": seed, "count": count, "idle": idle, "stall": stall}
+    run_bench(MatVec(matrices, lanes, ways=ways, lut_ways=lut_ways), name=name,
+              test_module="sim.bench_matvec", params=params)
 
 
 def test_accumulator_width_follows_the_weights():
@@ -57,3 +58,18 @@ def test_full_speed_without_stalls():
     run("matvec_full_speed", [rng.integers(-128, 128, (16, 40))], lanes=16, seed=5, idle=0, stall=0)
     run("matvec_full_speed_ways", [rng.integers(-128, 128, (16, 40))], lanes=16, ways=2, seed=6,
         idle=0, stall=0)
+
+
+@pytest.mark.parametrize("ways,lut_ways,lanes", [(1, 1, 4), (3, 1, 6), (4, 2, 8)])
+def test_lut_multipliers(ways, lut_ways, lanes):
+    """Lanes whose last ways multiply in LUT logic: extreme weights, odd shapes."""
+    rng = np.random.default_rng(100 + 10 * ways + lut_ways)
+    matrices = [np.full((5, 7), -128), np.full((7, 3), 127), rng.choice([-128, -1, 0, 127], (9, 10)),
+                rng.integers(-128, 128, (13, lanes + 1))]
+    run(f"matvec_lut{lut_ways}of{ways}_{lanes}", matrices, lanes=lanes, ways=ways, lut_ways=lut_ways,
+        seed=lut_ways, count=30)
+
+
+def test_lut_ways_take_at_most_the_ways():
+    with pytest.raises(ValueError, match="0 to 2"):
+        MatVec([np.zeros((2, 2))], 2, ways=2, lut_ways=3)
