@@ -6,6 +6,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from amaranth_boards.ulx3s import (ULX3S_12F_Platform, ULX3S_25F_Platform, ULX3S_45F_Platform,
                                    ULX3S_85F_Platform)
 
+from hdl.engine import DEFAULT_WAYS
 from hdl.top import DeviceTop
 
 __all__ = ["PLATFORMS", "PARTS", "pll_parameters", "ULX3STop"]
@@ -52,9 +53,10 @@ def pll_parameters(out_hz, in_hz=OSCILLATOR_HZ):
 class ULX3STop(Elaboratable):
     """The board top: the PLL makes the engine's clock, the device top meets the FTDI UART."""
 
-    def __init__(self, model, *, clock_hz, baud, lanes=None, ways=3):
+    def __init__(self, model, *, clock_hz, baud, lanes=None, ways=DEFAULT_WAYS, lut_ways=0):
         self.clki_div, self.clkfb_div, self.clkop_div, self.clock_hz = pll_parameters(clock_hz)
-        self.device = DeviceTop(model, clock_hz=self.clock_hz, baud=baud, lanes=lanes, ways=ways)
+        self.device = DeviceTop(model, clock_hz=self.clock_hz, baud=baud, lanes=lanes, ways=ways,
+                                lut_ways=lut_ways)
 
     def elaborate(self, platform):
         m = Module()

@@ -33,12 +33,13 @@ class FitError(ValueError):
     pass
 
 
-def estimate(model, lanes, ways):
+def estimate(model, lanes, ways, lut_ways=0):
     """What the engine needs of a part, estimated before elaboration.
 
     Block RAM: every memory rounded up to whole 18 kbit blocks as Yosys maps them (an upper
-    bound: small ones go to LUT RAM). Multipliers: ``ways`` per MAC lane, one per attention
-    column, two per head, one per requant stage (two per epilogue) for the wide constant products.
+    bound: small ones go to LUT RAM). Multipliers: ``ways − lut_ways`` per MAC lane, one per
+    attention column, two per head, one per requant stage (two per epilogue) for the wide
+    constant products.
     """
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
     groups = lambda cols: -(-cols // lanes)
@@ -58,13 +59,13 @@ def estimate(model, lanes, ways):
                 break
         blocks += -(-width // block_width) * -(-depth // block_depth)
     bits = sum(depth * width for depth, width in memories.values())
-    multipliers = lanes * ways + d + 2 * model.n_heads + 1 + 2 * ways
+    multipliers = lanes * (ways - lut_ways) + d + 2 * model.n_heads + 1 + 2 * ways
     return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers}
 
 
-def check_fit(model, lanes, ways, device):
+def check_fit(model, lanes, ways, device, lut_ways=0):
     from boards.ulx3s import PARTS
-    need = estimate(model, lanes, ways)
+    need = estimate(model, lanes, ways, lut_ways)
     part = PARTS[device]
     short = []
     if need["DP16KD"] > part["DP16KD"]:
@@ -72,7 +73,9 @@ def check_fit(model, lanes, ways, device):
                      f"the LFE5U-{device} has {part['DP16KD']} ({part['DP16KD'] * BRAM_BITS} bits)")
     if need["MULT18X18D"] > part["MULT18X18D"]:
         short.append(f"multipliers: about {need['MULT18X18D']} MULT18X18D "
-                     f"({lanes} MAC lanes x {ways} ways + {model.d_model} attention + requants), "
+                     f"({lanes} MAC lanes x {ways} ways"
+                     + (f", {lut_ways} of them in LUTs" if lut_ways else "")
+                     + f" + {model.d_model} attention + requants), "
                      f"the LFE5U-{device} has {part['MULT18X18D']}")
     if short:
         raise FitError(f"the model does not fit the ULX3S-{device}: " + "; ".join(short)
@@ -80,16 +83,20 @@ def check_fit(model, lanes, ways, device):
     return need
 
 
-def choose_ways(model, device, ways=None, lanes=None):
-    """The ways (and lanes) to build with: those asked, else the most the part fits, up to 3."""
+def choose_ways(model, device, ways=None, lanes=None, lut_ways=None):
+    """The ways, LUT ways and lanes to build with: those asked, else the most ways the part
+    fits, up to ``DEFAULT_WAYS``, each lane's multipliers in DSP blocks where they fit and at
+    most one of them in LUTs (a LUT multiplier costs about a hundred LUT4s)."""
     from .engine import DEFAULT_WAYS, lanes_for
-    for candidate in ([ways] if ways else range(DEFAULT_WAYS, 0, -1)):
+    candidates = [(w, l) for w in ([ways] if ways else range(DEFAULT_WAYS, 0, -1))
+                  for l in ([lut_ways] if lut_ways is not None else (0, 1))]
+    for n, (candidate, soft) in enumerate(candidates):
         chosen = lanes or lanes_for(model, candidate)
         try:
-            check_fit(model, chosen, candidate, device)
-            return candidate, chosen
+            check_fit(model, chosen, candidate, device, soft)
+            return candidate, soft, chosen
         except FitError:
-            if ways or candidate == 1:
+            if n == len(candidates) - 1:
                 raise
     raise AssertionError("unreachable")
 
@@ -135,7 +142,8 @@ def utilisation(report):
 def text_report(r):
     lines = [
         r["identity"],
-        f"board ULX3S-{r['device']} ({r['part']}), {r['lanes']} MAC lanes x {r['ways']} ways, "
+        f"board ULX3S-{r['device']} ({r['part']}), {r['lanes']} MAC lanes x {r['ways']} ways "
+        f"({r['lut_ways']} of them in LUTs), "
         f"UART {r['baud']} baud",
         f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz: "
         + ("timing met" if r["timing_met"] else "TIMING MISSED"),
@@ -166,7 +174,10 @@ def main(argv=None):
                         help="engine clock made by the PLL (default: %(default).0f)")
     parser.add_argument("--baud", type=int, default=None, help="UART baud (default: 3000000)")
     parser.add_argument("--ways", type=int, choices=[1, 2, 3, 4],
-                        help="elements a cycle between the units (default: the most the part fits, up to 3)")
+                        help="elements a cycle between the units (default: the most the part fits, up to 4)")
+    parser.add_argument("--lut-ways", type=int,
+                        help="of each MAC lane's multipliers, how many are built from LUTs "
+                             "(default: none, or one where the DSP blocks run out)")
     parser.add_argument("--lanes", type=int,
                         help="MAC lanes (default: d_model rounded up to a multiple of the ways)")
     parser.add_argument("--out", type=Path, default=Path("build/ulx3s"))
@@ -180,8 +191,9 @@ def main(argv=None):
     try:
         model = load(args.model)
         print(model.identity_line)
-        ways, lanes = choose_ways(model, args.device, args.ways, args.lanes)
-        top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, lanes=lanes, ways=ways)
+        ways, lut_ways, lanes = choose_ways(model, args.device, args.ways, args.lanes, args.lut_ways)
+        top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, lanes=lanes, ways=ways,
+                       lut_ways=lut_ways)
     except (ModelError, BoundsError, FitError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -191,8 +203,8 @@ def main(argv=None):
     build_dir = out / "gateware"
     if build_dir.exists():
         shutil.rmtree(build_dir)
-    print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {lanes} lanes x {ways} ways",
-          file=sys.stderr)
+    print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {lanes} lanes x {ways} ways "
+          f"({lut_ways} in LUTs)", file=sys.stderr)
     plan = platform.build(top, name="top", do_build=False,
                           # Later YoWASP Yosys builds only map LUTs with ABC9, which fails on this
                           # design; the classic ABC flow works (see pyproject.toml's pin).
@@ -213,7 +225,7 @@ def main(argv=None):
     result = {
         "identity": model.identity_line, "model_sha256": model.sha256, "model_file": str(args.model),
         "board": "ulx3s", "device": args.device, "part": platform.device, "lanes": lanes,
-        "ways": ways,
+        "ways": ways, "lut_ways": lut_ways,
         "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
         "timing_met": fmax * 1e6 >= top.clock_hz,
         "utilisation": {k: {"used": v["used"], "available": v["available"]}

@@ -18,7 +18,7 @@ from amaranth.back import rtlil
 from int8model.bounds import analyse
 from int8model.format import load
 
-from .engine import lanes_for
+from .engine import DEFAULT_WAYS, lanes_for
 from .fanout import KEEP_REPLICAS
 
 __all__ = ["synthesise", "units"]
@@ -67,7 +67,7 @@ def describe_path(path):
     return "\n".join(lines)
 
 
-def units(model, lanes, ways):
+def units(model, lanes, ways, lut_ways=0):
     """Each unit's label and a function that makes it (made only when it is costed)."""
     from .argmax import ArgMax
     from .attention import Attention
@@ -85,20 +85,23 @@ def units(model, lanes, ways):
     return {
         "requant (to8 M_q)": lambda: Requant(b["acc_q"], [Rule.to8(model.requant["M_q"])]),
         "epilogue (7 requant rules)": lambda: Epilogue(model, b),
-        f"matvec ({lanes} lanes x {ways})": lambda: MatVec(matrices, lanes, ways=ways),
+        f"matvec ({lanes} lanes x {ways}, {lut_ways} LUT)": lambda: MatVec(matrices, lanes, ways=ways,
+                                                                           lut_ways=lut_ways),
         "floor divider": lambda: FloorDivider(b["num"], b["den"], b["ctx"]),
         "attention": lambda: Attention(model, b),
         "kv cache": lambda: KVCache(model.d_model, model.seq_len),
         f"arg-max ({ways} a cycle)": lambda: ArgMax(acc_bits, model.vocab, ways=ways),
         "uart (3 Mbaud at 60 MHz)": lambda: UART(20),
-        "engine": lambda: Engine(model, lanes=lanes, ways=ways),
+        "engine": lambda: Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways),
     }
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hdl.cost", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
-    parser.add_argument("--ways", type=int, default=3, help="elements a cycle (default: %(default)s)")
+    parser.add_argument("--ways", type=int, default=DEFAULT_WAYS, help="elements a cycle (default: %(default)s)")
+    parser.add_argument("--lut-ways", type=int, default=0,
+                        help="of each MAC lane's multipliers, how many are LUTs (default: %(default)s)")
     parser.add_argument("--lanes", type=int, help="default: d_model rounded up to a multiple of --ways")
     parser.add_argument("--unit", action="append", default=[],
                         help="only the units whose name contains this (repeatable)")
@@ -110,7 +113,7 @@ def main(argv=None):
     header = f"{'unit':28s} {'LUT4':>7s} {'FF':>7s} {'CCU2C':>6s} {'DPR16X4':>7s} {'MULT18':>6s} {'DP16KD':>6s} {'fmax MHz':>9s}"
     print(header)
     with tempfile.TemporaryDirectory() as workdir:
-        for index, (label, make) in enumerate(units(model, lanes, args.ways).items()):
+        for index, (label, make) in enumerate(units(model, lanes, args.ways, args.lut_ways).items()):
             if args.unit and not any(name in label for name in args.unit):
                 continue
             unit = make()

@@ -24,6 +24,7 @@ class DeviceTop(wiring.Component):
         The engine clock; with ``baud`` it sets the UART divisor and goes into IDENT.
     lanes : int, MAC lanes (default ``d_model`` rounded up to a multiple of ``ways``).
     ways : int, elements a cycle between the engine's units (see :class:`~.engine.Engine`).
+    lut_ways : int, of each MAC lane's ``ways`` multipliers, how many are built from LUTs.
     frame_timeout : float
         Seconds of silence inside a frame after which it is dropped as truncated. USB serial
         adapters deliver a frame in packets up to a millisecond apart, so 10 ms by default.
@@ -39,13 +40,13 @@ class DeviceTop(wiring.Component):
     leds: Out(8)
 
     def __init__(self, model, *, clock_hz, baud=DEFAULT_BAUD, lanes=None, ways=DEFAULT_WAYS,
-                 frame_timeout=0.01):
+                 lut_ways=0, frame_timeout=0.01):
         self.model, self.clock_hz, self.baud = model, clock_hz, baud
         self.divisor, self.baud_error = divisor_for(clock_hz, baud)
         if self.baud_error > 0.02:
             raise ValueError(f"{clock_hz} Hz cannot make {baud} baud within 2% "
                              f"(divisor {self.divisor} is {self.baud_error:.1%} off)")
-        self.engine = Engine(model, lanes=lanes, ways=ways)
+        self.engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways)
         self.lanes = self.engine.lanes
         ident = ident_payload(model, self.lanes, clock_hz, baud)
         self.protocol = CommandProtocol(model, ident=ident, timeout=round(frame_timeout * clock_hz))

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from boards.ulx3s import PARTS, pll_parameters
-from hdl.build import FitError, check_fit, main
+from hdl.build import FitError, check_fit, choose_ways, main
 from int8model import load
 
 SHIPPED = "models/zen32.json"
@@ -30,6 +30,21 @@ def test_a_model_too_large_for_the_part_is_refused_with_numbers(capsys):
         check_fit(model, 33, 3, "45F")
     assert main(["--board", "ulx3s", "--device", "12F", "--model", SHIPPED, "--out", "build/never"]) == 2
     assert "does not fit the ULX3S-12F" in capsys.readouterr().err
+
+
+def test_the_most_ways_the_part_fits_are_chosen():
+    """DSP blocks first, then one way in LUTs rather than fewer ways."""
+    model = load(SHIPPED)
+    # 4 ways all in DSP blocks would take 32 x 4 + 32 + 8 + 1 + 8 = 177 of the 85F's 156.
+    assert check_fit(model, 32, 4, "85F", lut_ways=1)["MULT18X18D"] == 145
+    with pytest.raises(FitError, match=r"32 MAC lanes x 4 ways \+"):
+        check_fit(model, 32, 4, "85F")
+    assert choose_ways(model, "85F") == (4, 1, 32)
+    assert choose_ways(model, "85F", ways=3) == (3, 0, 33)
+    # The 45F's 72 take attention's 32 and the requants' only beside one way in LUTs.
+    assert choose_ways(model, "45F") == (1, 1, 32)
+    with pytest.raises(FitError, match="the LFE5U-25F has 28"):
+        choose_ways(model, "25F")
 
 
 @pytest.mark.slow

@@ -11,16 +11,23 @@ from sim.runner import run_bench
 SHIPPED = "models/zen32.json"
 
 
-def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3):
+def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3, lut_ways=0):
     params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
-              "report": report, "ways": ways}
-    run_bench(Engine(model, lanes=lanes, ways=ways), name=name, test_module="sim.bench_engine",
+              "report": report, "ways": ways, "lut_ways": lut_ways}
+    run_bench(Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways), name=name, test_module="sim.bench_engine",
               params=params, testcase=testcase)
 
 
 def test_shipped_model():
+    """As the 85F is built: 32 lanes x 4 ways, one of them in LUT multipliers."""
     model = load(SHIPPED)
-    run("engine_shipped", model, 33, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden")
+    run("engine_shipped", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden",
+        ways=4, lut_ways=1)
+
+
+def test_shipped_model_three_ways():
+    model = load(SHIPPED)
+    run("engine_shipped_three_ways", model, 33, [[5, 30, 2]], testcase="generations_match_golden")
 
 
 def test_shipped_model_one_element_a_cycle():
@@ -35,23 +42,24 @@ def test_bad_input():
     run("engine_bad_input", model, 8, [], testcase="bad_input_is_reported_and_harmless", ways=2)
 
 
-# d_model, heads, d_ff, vocab, seq_len, lanes, ways
+# d_model, heads, d_ff, vocab, seq_len, lanes, ways, of them in LUTs
 SHAPES = [
-    (8, 1, 12, 5, 8, 8, 1), (8, 2, 16, 20, 12, 4, 2), (16, 2, 24, 40, 16, 18, 3), (16, 4, 8, 7, 10, 6, 3),
-    (32, 4, 48, 20, 24, 32, 4), (32, 8, 16, 64, 9, 16, 2), (64, 8, 96, 50, 16, 66, 3), (64, 4, 32, 100, 12, 32, 1),
-    (16, 8, 40, 256, 20, 16, 4), (32, 1, 64, 33, 40, 33, 3), (8, 4, 8, 3, 64, 9, 3),
+    (8, 1, 12, 5, 8, 8, 1, 1), (8, 2, 16, 20, 12, 4, 2, 0), (16, 2, 24, 40, 16, 18, 3, 1),
+    (16, 4, 8, 7, 10, 6, 3, 0), (32, 4, 48, 20, 24, 32, 4, 2), (32, 8, 16, 64, 9, 16, 2, 0),
+    (64, 8, 96, 50, 16, 66, 3, 0), (64, 4, 32, 100, 12, 32, 1, 0), (16, 8, 40, 256, 20, 16, 4, 1),
+    (32, 1, 64, 33, 40, 33, 3, 0), (8, 4, 8, 3, 64, 9, 3, 0),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}h{}f{}v{}c{}p{}w{}".format(*s))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}h{}f{}v{}c{}p{}w{}l{}".format(*s))
 def test_random_models(shape):
-    d, heads, d_ff, vocab, seq_len, lanes, ways = shape
-    rng = np.random.default_rng(sum(shape))
-    model = random_model(rng, d, heads, d_ff, vocab, seq_len, extreme=bool(sum(shape) % 3 == 0))
+    d, heads, d_ff, vocab, seq_len, lanes, ways, lut_ways = shape
+    rng = np.random.default_rng(sum(shape[:7]))
+    model = random_model(rng, d, heads, d_ff, vocab, seq_len, extreme=bool(sum(shape[:7]) % 3 == 0))
     prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
-    run("engine_{}_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=sum(shape),
-        testcase="generations_match_golden", ways=ways)
+    run("engine_{}_{}_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=sum(shape[:7]),
+        testcase="generations_match_golden", ways=ways, lut_ways=lut_ways)
 
 
 @pytest.mark.slow
