@@ -21,11 +21,13 @@ class Op(enum.IntEnum):
     NEW = 0       # start a new sequence: position 0
     FEED = 1      # run a step for `arg` (a prompt token) at the current position
     GENERATE = 2  # emit the last step's next token, then run `arg − 1` steps feeding each back
+    PREFILL = 3   # as FEED, for a prompt token whose next token is not asked for: only K and V
 
 
-# Elements a cycle between the units: three, as the seed-size model's 99 multipliers (33
-# lanes x 3) and attention's 32 fit the 85F's 156 beside the epilogues'.
-DEFAULT_WAYS = 3
+# Elements a cycle between the units: four, as on the 85F, where the seed-size model's 32
+# lanes take 96 DSP multipliers and 32 in LUTs (one way), beside attention's 32 and the
+# epilogues' (see hdl.build.choose_ways).
+DEFAULT_WAYS = 4
 
 
 def lanes_for(model, ways):
@@ -68,13 +70,18 @@ class Engine(wiring.Component):
     whose context feeds the output projection; the head's logits stream into the
     :class:`~.argmax.ArgMax`. Products overlap: each vector streams into the next matrix while
     it is still leaving the previous one. Vectors move ``ways`` elements a cycle, as words:
-    ``ways`` epilogues work side by side, element k of every word on epilogue k. All shapes,
-    weights and tables come from the model.
+    ``ways`` epilogues work side by side, element k of every word on epilogue k. Of each MAC
+    lane's ``ways`` multipliers, the last ``lut_ways`` are built from LUTs (for a part with too
+    few DSP blocks); the results and the timing are the same. All shapes, weights and tables
+    come from the model.
 
     Ports
     -----
     cmd : ``In(stream.Signature(command_layout))``
-        :class:`Op` and its argument (a token for ``FEED``, a count for ``GENERATE``).
+        :class:`Op` and its argument (a token for ``FEED`` and ``PREFILL``, a count for
+        ``GENERATE``). A ``PREFILL`` step makes only what later steps read of it, the cache
+        row ``K[pos]``, ``V[pos]``: the step ends once V leaves the lanes, with no attention,
+        FFN or head, and leaves no next token for ``GENERATE``.
     tokens : ``Out(stream.Signature(8))``
         Each generated token, as it is made; the engine waits while it is not taken.
     status : ``Out(status_layout)``
@@ -84,10 +91,10 @@ class Engine(wiring.Component):
     A rejected command changes nothing but the error code: the cache and position stay.
     """
 
-    def __init__(self, model, *, lanes=None, ways=DEFAULT_WAYS):
+    def __init__(self, model, *, lanes=None, ways=DEFAULT_WAYS, lut_ways=0):
         self.model = model
         self.bounds = analyse(model)
-        self.ways = ways
+        self.ways, self.lut_ways = ways, lut_ways
         d = model.d_model
         self.lanes = lanes or lanes_for(model, ways)
         b = self.bounds
@@ -96,7 +103,7 @@ class Engine(wiring.Component):
         self.epilogues = [Epilogue(model, b) for _ in range(ways)]
         self.matvec = MatVec(
             [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
-            self.lanes, ways=ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
+            self.lanes, ways=ways, lut_ways=lut_ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
         self.attention = Attention(model, b, ways=ways)
         self.cache = KVCache(d, model.seq_len)
         self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=ways)
@@ -126,6 +133,17 @@ class Engine(wiring.Component):
         m.submodules.feed = feed = self.feed
         wiring.connect(m, attention.cache, cache.read)
         wiring.connect(m, feed.o, matvec.i)
+
+        # Named copies of the streams out of the units, for benches to watch: in the generated
+        # Verilog a unit's own port names are not stable (they give way to its submodules').
+        def probe(port, name):
+            for field in ("valid", "ready", "payload"):
+                copy = Signal.like(getattr(port, field), name=f"probe_{name}_{field}")
+                m.d.comb += copy.eq(getattr(port, field))
+        for k, epilogue in enumerate(epilogues):
+            probe(epilogue.o, f"epilogue{k}")
+        probe(attention.o, "attention")
+        probe(matvec.o, "matvec")
 
         # The epilogues' inputs, decided below, through a register: the decisions are logic
         # on another unit's output, the epilogues start with a multiplier.
@@ -295,11 +313,19 @@ class Engine(wiring.Component):
         arg = Signal.like(self.cmd.payload.arg)
         m.d.sync += cycles.eq(cycles + 1)
 
-        def start_step(tok):
+        prefilling = Signal()  # the step makes only the cache row
+
+        def start_step(tok, prefill=False):
             m.d.sync += [
                 token_base.eq(tok * row_words), embedding.eq(1), embed_word.eq(0), embed_word_column.eq(0),
                 embed_fetched.eq(0), cycles.eq(1), keys_ready.eq(0), values_ready.eq(0),
-                have_q.eq(0), have_k.eq(0), have_v.eq(0),
+                have_q.eq(0), have_k.eq(0), have_v.eq(0), prefilling.eq(prefill),
+            ]
+
+        def end_step():
+            m.d.sync += [
+                last_cycles.eq(cycles), pos.eq(pos + 1), position_base.eq(position_base + row_words),
+                steps.eq(steps + 1),
             ]
 
         with m.FSM():
@@ -317,13 +343,13 @@ class Engine(wiring.Component):
                 with m.Switch(op):
                     with m.Case(Op.NEW):
                         m.d.sync += [pos.eq(0), position_base.eq(0), have_next.eq(0), steps.eq(0)]
-                    with m.Case(Op.FEED):
+                    with m.Case(Op.FEED, Op.PREFILL):
                         with m.If(pos >= seq_len):
                             m.d.sync += error.eq(Error.POSITION)
                         with m.Elif(arg >= vocab):
                             m.d.sync += error.eq(Error.TOKEN)
                         with m.Else():
-                            start_step(arg)
+                            start_step(arg, op == Op.PREFILL)
                             m.d.sync += busy.eq(1)
                             m.next = "STEP"
                     with m.Case(Op.GENERATE):
@@ -340,8 +366,17 @@ class Engine(wiring.Component):
                 # Embedding ends once its last column has been taken.
                 with m.If(embedding & (embed_word == words) & embed_advance):
                     m.d.sync += embedding.eq(0)
-                with m.If(have_q):
+                with m.If(prefilling):
+                    # V leaves the lanes last: with it the row is complete, nothing in flight.
+                    with m.If(have_v):
+                        m.next = "PREFILL_ROW"
+                with m.Elif(have_q):
                     m.next = "ATTEND"
+            with m.State("PREFILL_ROW"):
+                m.d.comb += cache.write.valid.eq(1)
+                end_step()
+                m.d.sync += [have_next.eq(0), busy.eq(0)]
+                m.next = "IDLE"
             with m.State("ATTEND"):
                 m.d.comb += attention.i.valid.eq(1)
                 with m.If(attention.i.ready):
@@ -364,10 +399,8 @@ class Engine(wiring.Component):
             with m.State("HEAD"):
                 m.d.comb += argmax.o.ready.eq(1)
                 with m.If(argmax.o.valid):
-                    m.d.sync += [
-                        next_token.eq(argmax.o.payload), have_next.eq(1), last_cycles.eq(cycles),
-                        pos.eq(pos + 1), position_base.eq(position_base + row_words), steps.eq(steps + 1),
-                    ]
+                    m.d.sync += [next_token.eq(argmax.o.payload), have_next.eq(1)]
+                    end_step()
                     with m.If(generating):
                         m.next = "EMIT"
                     with m.Else():

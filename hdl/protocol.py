@@ -275,7 +275,10 @@ class CommandProtocol(wiring.Component):
                 m.d.sync += [token.eq(buffer_read.data), received.eq(received + 1)]
                 m.next = "FEED_OFFER"
             with m.State("FEED_OFFER"):
-                m.d.comb += [self.cmd.valid.eq(1), op.eq(Op.FEED), arg.eq(token)]
+                # Only the frame's last token needs its next token (for GENERATE): the others
+                # are prefill steps, which make only their cache row.
+                m.d.comb += [self.cmd.valid.eq(1), op.eq(Mux(received == length, Op.FEED, Op.PREFILL)),
+                             arg.eq(token)]
                 with m.If(self.cmd.ready):
                     m.next = "FEED_WAIT"
             with m.State("FEED_WAIT"):

@@ -39,7 +39,10 @@ class Observer:
         dut, engine = self.dut, self.engine
         epilogue = engine.epilogues[0].o.payload.shape()
         scratch = engine.epilogues[0].scratch
-        epilogues = [getattr(dut, f"epilogue{k}") for k in range(engine.ways)]
+        def probe(name):  # the engine's named copies of a unit's output stream
+            return tuple(getattr(dut, f"probe_{name}_{field}") for field in ("valid", "ready", "payload"))
+        epilogues = [probe(f"epilogue{k}") for k in range(engine.ways)]
+        attention_o, matvec_o = probe("attention"), probe("matvec")
         attention = engine.attention.o.payload.shape()
         matvec = engine.matvec.o.payload.shape()
         while True:
@@ -48,22 +51,28 @@ class Observer:
             if not self.steps:
                 continue
             step = self.steps[-1]
-            for unit in epilogues:  # in step: element k of a word is epilogue k's
-                if int(unit.o__valid.value) and int(unit.o__ready.value):
-                    out = unpack(epilogue, int(unit.o__payload.value))
+            for valid, ready, payload in epilogues:  # in step: element k of a word is epilogue k's
+                if int(valid.value) and int(ready.value):
+                    out = unpack(epilogue, int(payload.value))
                     if out["tag"] != scratch:
                         step[STREAMS[Stage(out["select"])]].append(out["value"])
-            if int(dut.attention.o__valid.value) and int(dut.attention.o__ready.value):
-                out = unpack(attention, int(dut.attention.o__payload.value))
+            valid, ready, payload = attention_o
+            if int(valid.value) and int(ready.value):
+                out = unpack(attention, int(payload.value))
                 step["ci"] += out["values"][:out["count"]]
-            if int(dut.matvec.o__valid.value) and int(dut.matvec.o__ready.value):
-                out = unpack(matvec, int(dut.matvec.o__payload.value))
+            valid, ready, payload = matvec_o
+            if int(valid.value) and int(ready.value):
+                out = unpack(matvec, int(payload.value))
                 if out["matrix"] == Matrix.HEAD:
                     step["logits"] += out["acc"][:out["count"]]
 
 
-def first_difference(observed, trace):
-    for name in ("xi", "q", "k", "v", "ci", "hi", "fi", "oi", "logits"):
+PREFILL_STREAMS = ("xi", "q", "k", "v")  # what a prefill step makes
+STEP_STREAMS = PREFILL_STREAMS + ("ci", "hi", "fi", "oi", "logits")
+
+
+def first_difference(observed, trace, names=STEP_STREAMS):
+    for name in names:
         want = getattr(trace, name).tolist()
         if observed[name] != want:
             return f"{name}: engine {observed[name]}, golden {want}"
@@ -78,6 +87,9 @@ class TB:
         self.status_layout = engine.status.shape()
         self.observer = Observer(dut, engine)
         self.cycles = []  # (position, cycles of the step)
+        self.prefill_cycles = []  # the same, of prefill steps
+        self.prefills = set()  # the steps (by index in the observer's) that were prefill steps
+        self.prefilling = False
 
     async def status(self):
         await ReadOnly()
@@ -105,12 +117,18 @@ class TB:
             await ReadOnly()
             status = unpack(self.status_layout, int(self.dut.status.value))
             if status["steps"] > steps:
-                self.cycles.append((status["pos"] - 1, status["cycles"]))
+                kind = self.prefill_cycles if self.prefilling else self.cycles
+                kind.append((status["pos"] - 1, status["cycles"]))
             steps = status["steps"]
 
-    async def feed(self, token):
+    async def feed(self, token, prefill=False):
         self.observer.new_step()
-        return await self.command(Op.FEED, token)
+        if prefill:
+            self.prefills.add(len(self.observer.steps) - 1)
+        self.prefilling = prefill
+        status = await self.command(Op.PREFILL if prefill else Op.FEED, token)
+        self.prefilling = False
+        return status
 
     async def generate(self, count):
         """Generate, recording each step's cycles; returns the tokens."""
@@ -129,21 +147,26 @@ async def check_generation(tb, model, prompt, count):
     want = [t.next for t in all_traces[len(prompt) - 1:]]
 
     tb.observer.steps.clear()
+    tb.prefills.clear()
     status = await tb.command(Op.NEW)
     assert status["pos"] == 0 and status["error"] == Error.NONE
-    for tok in prompt:
-        status = await tb.feed(tok)
+    for index, tok in enumerate(prompt):
+        # As the protocol runs a FEED frame: all but the last token as prefill steps.
+        status = await tb.feed(tok, prefill=index < len(prompt) - 1)
         assert status["error"] == Error.NONE, status
     got, status = await tb.generate(count)
     assert status["error"] == Error.NONE, status
-    if got != want:
-        for index, (observed, trace) in enumerate(zip(tb.observer.steps, all_traces)):
-            difference = first_difference(observed, trace)
-            if difference:
-                raise AssertionError(
-                    f"tokens differ: engine {got}, golden {want}; first difference at step {index} "
-                    f"(position {trace.pos}, token {trace.tok}): {difference}")
-        raise AssertionError(f"tokens differ: engine {got}, golden {want}")
+    # Every intermediate of every step, not only the tokens: the first difference is named.
+    assert len(tb.observer.steps) == len(all_traces)
+    for index, (observed, trace) in enumerate(zip(tb.observer.steps, all_traces)):
+        difference = first_difference(
+            observed, trace, PREFILL_STREAMS if index in tb.prefills else STEP_STREAMS)
+        if difference:
+            raise AssertionError(
+                f"tokens: engine {got}, golden {want}; first difference at step {index} "
+                f"(position {trace.pos}, token {trace.tok}"
+                f"{', a prefill step' if index in tb.prefills else ''}): {difference}")
+    assert got == want, f"tokens differ: engine {got}, golden {want}"
     assert status["pos"] == len(prompt) + count - 1
     return got
 
@@ -152,7 +175,7 @@ async def check_generation(tb, model, prompt, count):
 async def generations_match_golden(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"], ways=params["ways"])
+    engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0))
     rng = random.Random(params["seed"])
     await start(dut)
     tb = TB(dut, engine, rng)
@@ -163,14 +186,14 @@ async def generations_match_golden(dut):
         tb.cycles.clear()
         await check_generation(tb, model, prompt, count)
     if params.get("report"):
-        Path(params["report"]).write_text(json.dumps({"cycles": tb.cycles}))
+        Path(params["report"]).write_text(json.dumps({"cycles": tb.cycles, "prefill_cycles": tb.prefill_cycles}))
 
 
 @cocotb.test()
 async def bad_input_is_reported_and_harmless(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"], ways=params["ways"])
+    engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0))
     await start(dut)
     tb = TB(dut, engine, random.Random(1))
     cocotb.start_soon(tb.observer.run())
@@ -179,25 +202,31 @@ async def bad_input_is_reported_and_harmless(dut):
     status = await tb.command(Op.GENERATE, 3)
     assert status["error"] == Error.NO_PROMPT and status["pos"] == 0
     prompt = [1 % model.vocab, 2 % model.vocab]
-    await tb.feed(prompt[0])
+    status = await tb.feed(prompt[0], prefill=True)
+    assert status["error"] == Error.NONE and status["pos"] == 1, status
+    # A prefill step leaves no next token to generate from.
+    status = await tb.command(Op.GENERATE, 3)
+    assert status["error"] == Error.NO_PROMPT and status["pos"] == 1
     if model.vocab < 256:
-        status = await tb.feed(model.vocab)
-        assert status["error"] == Error.TOKEN and status["pos"] == 1, status
-        status = await tb.feed(255)
-        assert status["error"] == Error.TOKEN and status["pos"] == 1, status
-    status = await tb.command(Op.GENERATE, 0)
-    assert status["error"] == Error.COUNT and status["pos"] == 1
-    status = await tb.command(Op.GENERATE, model.seq_len + 1)
-    assert status["error"] == Error.POSITION and status["pos"] == 1
+        for prefill in (False, True):
+            status = await tb.feed(model.vocab, prefill)
+            assert status["error"] == Error.TOKEN and status["pos"] == 1, status
+            status = await tb.feed(255, prefill)
+            assert status["error"] == Error.TOKEN and status["pos"] == 1, status
     await tb.feed(prompt[1])
+    status = await tb.command(Op.GENERATE, 0)
+    assert status["error"] == Error.COUNT and status["pos"] == 2
+    status = await tb.command(Op.GENERATE, model.seq_len)
+    assert status["error"] == Error.POSITION and status["pos"] == 2
     # The rejected commands left the sequence intact: it goes on exactly as the golden one.
     count = model.seq_len - len(prompt) + 1
     got, status = await tb.generate(count)
     want = [t.next for t in Golden(model).generate(prompt, count)]
     assert got == want and status["error"] == Error.NONE
     assert status["pos"] == model.seq_len
-    status = await tb.feed(0)
-    assert status["error"] == Error.POSITION and status["pos"] == model.seq_len
+    for prefill in (False, True):
+        status = await tb.feed(0, prefill)
+        assert status["error"] == Error.POSITION and status["pos"] == model.seq_len
     got, status = await tb.generate(1)  # the token already made: no step needed
     assert got == want[-1:] and status["error"] == Error.NONE
     # A new sequence after a full one: no stale row of the old one is read.
