@@ -259,22 +259,25 @@ class Engine(wiring.Component):
         k = Signal(data.ArrayLayout(signed(8), d))
         v = Signal(data.ArrayLayout(signed(8), d))
         have_q, have_k, have_v = Signal(), Signal(), Signal()  # the vector is complete
+        vectors = ((Stage.Q, q, have_q), (Stage.K, k, have_k), (Stage.V, v, have_v))
         for way, epilogue in enumerate(epilogues):
-            # Registered before it is decoded: the decoded enables reach all of q, k and v.
+            # Registered, then decoded into registered write enables, one per element of q, k
+            # and v: the decode's fan-out to all of them starts from registers, and ends in one.
             out = Signal.like(epilogue.o.payload, name=f"collect{way}")
             arrived = Signal(name=f"collect{way}_valid")
             m.d.sync += [out.eq(epilogue.o.payload), arrived.eq(epilogue.o.valid & collected)]
-            with m.If(arrived):
-                with m.Switch(out.select):
-                    for name, target, complete in ((Stage.Q, q, have_q), (Stage.K, k, have_k),
-                                                   (Stage.V, v, have_v)):
-                        with m.Case(name):
-                            with m.Switch(out.tag):
-                                for e in range(d):
-                                    with m.Case(e):
-                                        m.d.sync += target[e].eq(out.value)
-                            with m.If(out.tag == d - 1):
-                                m.d.sync += complete.eq(1)
+            value = Signal(signed(8), name=f"collect{way}_value")
+            m.d.sync += value.eq(out.value)
+            for stage, target, complete in vectors:
+                ours = arrived & (out.select == stage)
+                write = Signal(d, name=f"collect{way}_{stage.name.lower()}_write")
+                last = Signal(name=f"collect{way}_{stage.name.lower()}_last")
+                m.d.sync += [write.eq(Mux(ours, 1 << out.tag, 0)), last.eq(ours & (out.tag == d - 1))]
+                for e in range(d):
+                    with m.If(write[e]):
+                        m.d.sync += target[e].eq(value)
+                with m.If(last):
+                    m.d.sync += complete.eq(1)
 
         pos = Signal(range(seq_len + 1))
         # Attention scores the cached rows as soon as q is there, row pos once K[pos] is
