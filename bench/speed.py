@@ -4,7 +4,7 @@ For the shipped model and seed-size random models, from one run: the engine's cy
 token counted in simulation (mean over a whole context) times the fmax of the built ULX3S-85F
 design; the golden NumPy model and a compiled C decoder on one core of this machine (its
 tokens checked against the golden model's); and the MAC-bound floor for the multipliers the
-engine uses. Also writes a plot of cycles per token against position, and a table of cycles
+engine uses; and the engine's prefill cycles per prompt token. Also writes a plot of cycles per token against position, and a table of cycles
 per token for d_model 16, 32 and 64.
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 from int8model import Golden, load
 from int8model.synthetic import random_model
 from hdl.engine import DEFAULT_WAYS, lanes_for
-from sim.cycles import floor_cycles, measure
+from sim.cycles import floor_cycles, measure, measure_prefill
 
 from .c_decoder import CDecoder
 
@@ -96,7 +96,8 @@ def main(argv=None):
     prompt = [1, 2, 3]
     print(f"fmax {fmax:.2f} MHz, from {source}; {ways} ways")
     header = (f"{'model':24s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} {'engine tok/s':>12s} "
-              f"{'C us':>6s} {'C tok/s':>9s} {'NumPy us':>8s} {'engine/C':>8s}")
+              f"{'C us':>6s} {'C tok/s':>9s} {'NumPy us':>8s} {'engine/C':>8s} {'prefill cyc':>11s} "
+              f"{'prefill tok/s':>13s}")
     print(header)
     series = {}
     for label, model in models.items():
@@ -107,9 +108,11 @@ def main(argv=None):
         engine_us = mean / fmax
         c_us = c_ns_per_token(model, prompt) / 1000
         numpy_us = golden_us_per_token(model, prompt)
+        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{model.sha256[:12]}_{ways}")
+        prefill_mean = sum(prefill) / len(prefill)
         print(f"{label:24s} {mean:10.1f} {floor_cycles(model, lanes, ways):6.1f} {engine_us:9.3f} "
-              f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {numpy_us:8.1f} {c_us / engine_us:8.2f}x",
-              flush=True)
+              f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {numpy_us:8.1f} {c_us / engine_us:8.2f}x "
+              f"{prefill_mean:11.1f} {fmax * 1e6 / prefill_mean:13.0f}", flush=True)
     plot(args.out / "cycles_per_position.png", series)
     print(f"plot: {args.out / 'cycles_per_position.png'}")
 

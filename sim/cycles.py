@@ -2,7 +2,8 @@
 
 ``python -m sim.cycles --model models/zen32.json [--lanes 32]`` runs the engine under Icarus
 Verilog (checking every token against the golden model as it goes) and prints the cycles of
-the step at each position, their mean, and the MAC-bound floor for the multipliers used.
+the step at each position, their mean, and the MAC-bound floor for the multipliers used;
+then the cycles of a prefill step (a prompt token whose next token is not asked for).
 """
 
 import argparse
@@ -15,7 +16,7 @@ from int8model.format import load
 
 from .runner import BUILD_ROOT, run_bench
 
-__all__ = ["measure", "macs_per_token", "multipliers", "floor_cycles"]
+__all__ = ["measure", "measure_prefill", "macs_per_token", "multipliers", "floor_cycles"]
 
 
 def macs_per_token(model, pos):
@@ -39,17 +40,30 @@ def floor_cycles(model, lanes, ways):
     return mean_macs(model) / multipliers(model, lanes, ways)
 
 
-def measure(model, lanes, ways, name="cycles", quiet=True):
-    """Cycles of the step at every position 0..seq_len−1, as a list."""
+def _run(model, lanes, ways, name, prompt, quiet):
     report = BUILD_ROOT / name / "cycles.json"
     report.parent.mkdir(parents=True, exist_ok=True)
-    params = {"model": model.to_json(), "lanes": lanes, "prompts": [[0]], "seed": 0,
+    params = {"model": model.to_json(), "lanes": lanes, "prompts": [prompt], "seed": 0,
               "report": str(report), "ways": ways}
     run_bench(Engine(model, lanes=lanes, ways=ways), name=name, test_module="sim.bench_engine",
               params=params, testcase="generations_match_golden",
               log_file=report.parent / "simulation.log" if quiet else None)
-    cycles = dict(json.loads(report.read_text())["cycles"])
+    return json.loads(report.read_text())
+
+
+def measure(model, lanes, ways, name="cycles", quiet=True):
+    """Cycles of the (full) step at every position 0..seq_len−1, as a list: a one-token
+    prompt, then generation to the end of the context."""
+    cycles = dict(_run(model, lanes, ways, name, [0], quiet)["cycles"])
     return [cycles[p] for p in range(model.seq_len)]
+
+
+def measure_prefill(model, lanes, ways, name="prefill", quiet=True):
+    """Cycles of the prefill step at positions 0..seq_len−2, as a list: a prompt that fills
+    the context, all but its last token prefill steps."""
+    prompt = [p % model.vocab for p in range(model.seq_len)]
+    cycles = dict(_run(model, lanes, ways, name, prompt, quiet)["prefill_cycles"])
+    return [cycles[p] for p in range(model.seq_len - 1)]
 
 
 def summary(model, lanes, ways, cycles):
@@ -80,6 +94,9 @@ def main(argv=None):
     print(f"mean over {model.seq_len} positions: {s['mean_cycles']:.1f} cycles per token")
     print(f"MAC-bound floor: {s['mean_macs']:.0f} MACs / {s['multipliers']} multipliers = "
           f"{s['floor']:.1f} cycles; engine at {s['ratio']:.2f}x the floor")
+    prefill = measure_prefill(model, lanes, args.ways)
+    print(f"prefill (a prompt's tokens but its last): {min(prefill)}..{max(prefill)} cycles, "
+          f"mean {sum(prefill) / len(prefill):.1f} per token")
     return 0
 
 
