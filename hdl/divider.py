@@ -14,13 +14,14 @@ class FloorDivider(wiring.Component):
     The quotient's range is known in advance (the softmax's context is a weighted mean of int8
     values, so it lies between the smallest and the largest of them), which bounds the work:
     the numerator is offset by ``quotient.lo · den`` to be non-negative, and a restoring
-    division finds the ``ceil_log2(quotient.hi − quotient.lo + 1)`` quotient bits, one per
-    pipeline stage.
+    division finds the ``ceil_log2(quotient.hi − quotient.lo + 1)`` quotient bits,
+    ``bits_per_stage`` per pipeline stage (two trial subtractions in a row fit a cycle).
 
     Parameters
     ----------
     num_bound, den_bound, quotient_bound : :class:`~int8model.bounds.Bound`
     tag_shape : shape-like, carried unchanged alongside.
+    bits_per_stage : int
 
     Ports
     -----
@@ -28,10 +29,11 @@ class FloorDivider(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``
         ``value`` is the quotient.
 
-    Latency ``1 + quotient bits`` cycles; throughput one division per cycle.
+    Latency ``1 + ceil(quotient bits / bits_per_stage)`` cycles (5 for an int8 quotient);
+    throughput one division per cycle.
     """
 
-    def __init__(self, num_bound, den_bound, quotient_bound, *, tag_shape=unsigned(0)):
+    def __init__(self, num_bound, den_bound, quotient_bound, *, tag_shape=unsigned(0), bits_per_stage=2):
         if den_bound.lo <= 0:
             raise ValueError(f"the denominator must be positive, not as low as {den_bound.lo}")
         self.num_bound, self.den_bound, self.quotient_bound = num_bound, den_bound, quotient_bound
@@ -41,6 +43,8 @@ class FloorDivider(wiring.Component):
         # The offset numerator, always below 2**steps · den.
         self.rem_bits = Bound(0, (1 << self.steps) * den_bound.hi).bits
         self.tag_shape = tag_shape
+        self.bits_per_stage = bits_per_stage
+        self.latency = 1 + -(-self.steps // bits_per_stage)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "num": signed(num_bound.bits), "den": signed(den_bound.bits), "tag": tag_shape}))),
@@ -66,16 +70,20 @@ class FloorDivider(wiring.Component):
                 first.tag.eq(self.i.payload.tag),
             ]
         previous = first
-        for bit in reversed(range(self.steps)):
-            after = Signal(stage, name=f"bit{bit}")
-            trial = previous.rem - (previous.den << bit)
-            fits = trial >= 0
+        bits = list(reversed(range(self.steps)))
+        for at in range(0, len(bits), self.bits_per_stage):
+            rem, quotient = previous.rem, previous.quotient
+            for bit in bits[at:at + self.bits_per_stage]:
+                trial = rem - (previous.den << bit)
+                fits = trial >= 0
+                rem, quotient = Mux(fits, trial, rem), quotient | (fits << bit)
+            after = Signal(stage, name=f"bit{bits[at]}")
             with m.If(advance):
                 m.d.sync += [
                     after.valid.eq(previous.valid),
-                    after.rem.eq(Mux(fits, trial, previous.rem)),
+                    after.rem.eq(rem),
                     after.den.eq(previous.den),
-                    after.quotient.eq(previous.quotient | (fits << bit)),
+                    after.quotient.eq(quotient),
                     after.tag.eq(previous.tag),
                 ]
             previous = after

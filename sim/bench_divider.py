@@ -14,7 +14,8 @@ from .streams import StreamSink, StreamSource
 
 
 def build(params):
-    return FloorDivider(Bound(*params["num"]), Bound(*params["den"]), Bound(*params["quotient"]))
+    return FloorDivider(Bound(*params["num"]), Bound(*params["den"]), Bound(*params["quotient"]),
+                        bits_per_stage=params.get("bits_per_stage", 2))
 
 
 def cases(params, rng):

@@ -5,16 +5,19 @@ from int8model.bounds import Bound
 from sim.runner import run_bench
 
 
-@pytest.mark.parametrize("name, quotient, den", [
-    ("divider_int8", (-128, 127), (1, 2**20)),
-    ("divider_narrow", (-3, 90), (5, 777)),
-    ("divider_single", (-7, -7), (1, 100)),
-    ("divider_softmax", (-128, 127), (4096, 32 * 4096)),
+@pytest.mark.parametrize("name, quotient, den, bits_per_stage", [
+    ("divider_int8", (-128, 127), (1, 2**20), 2),
+    ("divider_int8_bit_a_stage", (-128, 127), (1, 2**20), 1),
+    ("divider_int8_three_bits", (-128, 127), (1, 2**20), 3),
+    ("divider_narrow", (-3, 90), (5, 777), 2),
+    ("divider_single", (-7, -7), (1, 100), 2),
+    ("divider_softmax", (-128, 127), (4096, 32 * 4096), 2),
 ])
-def test_divider(name, quotient, den):
+def test_divider(name, quotient, den, bits_per_stage):
     num = (quotient[0] * den[1], (quotient[1] + 1) * den[1])
-    params = {"num": list(num), "den": list(den), "quotient": list(quotient), "seed": 1, "count": 1500}
-    unit = FloorDivider(Bound(*num), Bound(*den), Bound(*quotient))
+    params = {"num": list(num), "den": list(den), "quotient": list(quotient), "seed": 1, "count": 1500,
+              "bits_per_stage": bits_per_stage}
+    unit = FloorDivider(Bound(*num), Bound(*den), Bound(*quotient), bits_per_stage=bits_per_stage)
     run_bench(unit, name=name, test_module="sim.bench_divider", params=params)
 
 
