@@ -197,7 +197,7 @@ class Attention(wiring.Component):
         for k in range(ways):
             tag = word if k == 0 else unsigned(0)
             divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=tag)
-            requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=tag)
+            requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=tag, registered_input=True)
             m.submodules[f"divider{k}"], m.submodules[f"requant{k}"] = divider, requant
             wiring.connect(m, divider.o, requant.i)
             m.d.comb += [

@@ -51,8 +51,10 @@ class Epilogue(wiring.Component):
     to the last. Of the values in flight at any time, all belong to one stage (a decode step
     makes each stage's values from the previous stage's), so the paths never meet.
 
-    Latency: 12 cycles for ``O`` and ``F``, 10 for ``H``, 7 for ``EMBED``, 5 for ``Q``, ``K``
-    and ``V`` (a requant of a wide value 5, the residual 2); throughput one value per cycle.
+    Its input must come from registers (in the engine: the routed register slice).
+
+    Latency: 10 cycles for ``O`` and ``F``, 8 for ``H``, 6 for ``EMBED``, 4 for ``Q``, ``K``
+    and ``V`` (a requant of a wide value 4, the residual 2); throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):
@@ -77,12 +79,16 @@ class Epilogue(wiring.Component):
         # (see Engine) goes to this scratch column, so that it never overwrites a stored one.
         self.scratch = max(model.d_model, model.d_ff)
         columns = self.scratch + 1
-        self.first = Requant(self.in_bound, [first[s] for s in stages], tag_shape=range(columns))
+        # Both requants start from registers: the engine's routed slice, the residual's output
+        # (or the first requant's output slice).
+        self.first = Requant(self.in_bound, [first[s] for s in stages], tag_shape=range(columns),
+                             registered_input=True)
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
         self.residual = Residual(
             self.first.out_bound, {"x": b["x"], "s1": b["s1"]},
             [residual_rules.get(s, (None, None)) for s in stages], middle_bound, columns)
-        self.last = Requant(middle_bound, [last[s] for s in stages], tag_shape=range(columns))
+        self.last = Requant(middle_bound, [last[s] for s in stages], tag_shape=range(columns),
+                            registered_input=True)
         super().__init__({
             "i": In(self.first.i.signature.flip()),
             "o": Out(self.last.o.signature),

@@ -55,6 +55,10 @@ class Requant(wiring.Component):
     rules : list of :class:`Rule`
     tag_shape : shape-like
         A side-band payload carried unchanged from input to output (routing information).
+    registered_input : bool
+        The input's payload and valid come straight from registers (a producer's pipeline
+        register or register slice): the multiplier then takes them as they are, a cycle
+        earlier, instead of registering them first.
 
     Ports
     -----
@@ -64,13 +68,15 @@ class Requant(wiring.Component):
         ``value`` is signed, as wide as the widest result of any rule; ``tag`` and ``select``
         pass through, so that units in a chain can share one rule index.
 
-    Latency 4 cycles (5 for inputs wider than a multiplier's 18 bits: see :mod:`.product`),
+    Latency 4 cycles (5 for inputs wider than a multiplier's 18 bits: see :mod:`.product`;
+    one less with ``registered_input``),
     throughput one value per cycle; a stalled output holds the whole pipeline
     (after one more value, which waits in the output's register slice).
     """
 
-    def __init__(self, in_bound, rules, *, tag_shape=unsigned(0)):
+    def __init__(self, in_bound, rules, *, tag_shape=unsigned(0), registered_input=False):
         self.in_bound = in_bound
+        self.registered_input = registered_input
         self.rules = list(rules)
         if not self.rules:
             raise ValueError("a requant unit needs at least one rule")
@@ -108,14 +114,18 @@ class Requant(wiring.Component):
         tag1 = Signal(self.tag_shape)
         valid1 = Signal()
         multipliers = Array(Const(r.multiplier, signed(self.multiplier_bits)) for r in rules)
-        with m.If(advance):
-            m.d.sync += [
-                value.eq(self.i.payload.value),
-                multiplier.eq(multipliers[select]),
-                select1.eq(select),
-                tag1.eq(self.i.payload.tag),
-                valid1.eq(self.i.valid),
-            ]
+        stage1 = [
+            value.eq(self.i.payload.value),
+            multiplier.eq(multipliers[select]),
+            select1.eq(select),
+            tag1.eq(self.i.payload.tag),
+            valid1.eq(self.i.valid),
+        ]
+        if self.registered_input:
+            m.d.comb += stage1  # the producer's registers are stage 1
+        else:
+            with m.If(advance):
+                m.d.sync += stage1
 
         # Stage 2 (and 2b for an input wider than a multiplier): the exact product.
         product = split_product(m, value, multiplier, advance, self.product_bits, "product")

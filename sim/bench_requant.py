@@ -15,7 +15,8 @@ from .streams import StreamSink, StreamSource
 
 
 def build(params):
-    return Requant(Bound(*params["in_bound"]), [Rule(*r) for r in params["rules"]])
+    return Requant(Bound(*params["in_bound"]), [Rule(*r) for r in params["rules"]],
+                   registered_input=params.get("registered_input", False))
 
 
 def expected(rule, value):

@@ -14,11 +14,12 @@ EDGE_RULES = [
 ]
 
 
-def run(name, in_bound, rules, seed, count=2000):
+def run(name, in_bound, rules, seed, count=2000, registered_input=False):
     params = {"in_bound": [in_bound.lo, in_bound.hi],
               "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
-              "seed": seed, "count": count}
-    run_bench(Requant(in_bound, rules), name=name, test_module="sim.bench_requant", params=params)
+              "seed": seed, "count": count, "registered_input": registered_input}
+    run_bench(Requant(in_bound, rules, registered_input=registered_input), name=name,
+              test_module="sim.bench_requant", params=params)
 
 
 def test_widths_follow_the_bounds():
@@ -28,8 +29,10 @@ def test_widths_follow_the_bounds():
     assert Requant(Bound(-2**20, 2**20), [Rule(1, 0)]).out_bits == 8
 
 
-def test_edge_rules():
-    run("requant_edges", Bound(-2**21, 2**21 - 1), EDGE_RULES, seed=1)
+@pytest.mark.parametrize("registered_input", [False, True])
+def test_edge_rules(registered_input):
+    run(f"requant_edges{'_registered' if registered_input else ''}", Bound(-2**21, 2**21 - 1), EDGE_RULES,
+        seed=1, registered_input=registered_input)
 
 
 @pytest.mark.parametrize("index", [2, 5, 9])
