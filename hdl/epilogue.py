@@ -53,8 +53,8 @@ class Epilogue(wiring.Component):
 
     Its input must come from registers (in the engine: the routed register slice).
 
-    Latency: 10 cycles for ``O`` and ``F``, 8 for ``H``, 6 for ``EMBED``, 4 for ``Q``, ``K``
-    and ``V`` (a requant of a wide value 4, the residual 2); throughput one value per cycle.
+    Latency: 9 cycles for ``O`` and ``F``, 8 for ``H``, 5 for ``EMBED``, 4 for ``Q``, ``K``
+    and ``V`` (a requant of a wide value 4, the residual 1); throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):

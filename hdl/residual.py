@@ -12,7 +12,7 @@ class Residual(wiring.Component):
     Each input carries a rule index (``select``) and a column (``tag``). Per rule, the unit may
     add the column's entry of a stored vector to the value, and may store the result as the
     column's entry of a vector, before passing it on. The vectors live in small RAMs, one word
-    per column, read while the input is registered.
+    per column, in LUT RAM read as the input arrives.
 
     Parameters
     ----------
@@ -29,7 +29,7 @@ class Residual(wiring.Component):
     -----
     i, o : ``stream.Signature(StructLayout({"value", "tag", "select"}))``
 
-    Latency 2 cycles, throughput one value per cycle.
+    Latency 1 cycle, throughput one value per cycle.
     """
 
     def __init__(self, in_bound, vectors, rules, out_bound, columns):
@@ -52,44 +52,35 @@ class Residual(wiring.Component):
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
 
-        # Stage 1: the input is registered while its column's stored entries are read.
-        value = Signal.like(self.i.payload.value)
-        column = Signal.like(self.i.payload.tag)
-        select = Signal.like(self.i.payload.select)
-        valid = Signal()
-        with m.If(advance):
-            m.d.sync += [
-                value.eq(self.i.payload.value), column.eq(self.i.payload.tag),
-                select.eq(self.i.payload.select), valid.eq(self.i.valid),
-            ]
+        # The stored vectors are small (a column each): LUT RAM, read as the input arrives.
         reads, writes = {}, {}
         for name, bound in self.vectors.items():
             store = memory.Memory(shape=signed(bound.bits), depth=self.columns, init=[])
             m.submodules[name] = store
             # A column is stored long before it is read back (a whole matrix product apart),
             # so the read needs no bypass of a write in flight.
-            reads[name] = store.read_port(transparent_for=())
+            reads[name] = store.read_port(domain="comb")
             writes[name] = store.write_port()
-            m.d.comb += [reads[name].addr.eq(self.i.payload.tag), reads[name].en.eq(advance),
-                         writes[name].addr.eq(column)]
+            m.d.comb += [reads[name].addr.eq(self.i.payload.tag), writes[name].addr.eq(self.i.payload.tag)]
 
-        # Stage 2: add, store, pass on.
+        # One stage: add, store, pass on.
+        value = self.i.payload.value
         result = Signal(signed(self.out_bound.bits))
         m.d.comb += result.eq(value)
-        with m.Switch(select):
+        with m.Switch(self.i.payload.select):
             for index, (add_from, store_to) in enumerate(self.rules):
                 with m.Case(index):
                     if add_from is not None:
                         m.d.comb += result.eq(value + reads[add_from].data)
                     if store_to is not None:
                         m.d.comb += [writes[store_to].data.eq(result),
-                                     writes[store_to].en.eq(valid & advance)]
+                                     writes[store_to].en.eq(self.i.valid & advance)]
 
         with m.If(advance):
             m.d.sync += [
-                self.o.valid.eq(valid),
+                self.o.valid.eq(self.i.valid),
                 self.o.payload.value.eq(result),
-                self.o.payload.tag.eq(column),
-                self.o.payload.select.eq(select),
+                self.o.payload.tag.eq(self.i.payload.tag),
+                self.o.payload.select.eq(self.i.payload.select),
             ]
         return m
