@@ -127,8 +127,10 @@ class MatVec(wiring.Component):
         n = len(self.matrices)
         word_shape = data.ArrayLayout(signed(8), ways)
 
+        # Block RAM however shallow: as a LUT ROM, a wide shallow memory costs thousands of LUTs.
         m.submodules.weights = weights = memory.Memory(
-            shape=unsigned(8 * lanes * ways), depth=self.depth, init=self.weight_words())
+            shape=unsigned(8 * lanes * ways), depth=self.depth, init=self.weight_words(),
+            attrs={"ram_style": "block", "rom_style": "block"})
         # Both read ports have one cycle of latency; both pause with the pipeline.
         weight_read = weights.read_port()
         m.submodules.vector = vector = memory.Memory(shape=word_shape, depth=max(self.steps), init=[])
