@@ -11,7 +11,7 @@ Frames (documented in ``docs/protocol.md``, implemented for the host in ``host/p
 import enum
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal
-from amaranth.lib import crc, memory, stream, wiring
+from amaranth.lib import crc, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .engine import Error as EngineError, Op, command_layout, status_layout
@@ -33,7 +33,7 @@ class Command(enum.IntEnum):
 class Reply(enum.IntEnum):
     OK = 0x80        # payload: position (u16)
     IDENT = 0x81     # payload: see ident_payload
-    TOKEN = 0x82     # payload: one generated token
+    TOKEN = 0x82     # payload: the tokens generated since the last TOKEN reply (1 to 255)
     STATS = 0x83     # payload: cycles of the last step (u32), position (u16), steps (u32)
     ERROR = 0xE0     # payload: a Fault
 
@@ -73,6 +73,10 @@ class CommandProtocol(wiring.Component):
     leaves the sequence exactly as it was. Outside a frame, bytes other than the sync byte are
     skipped; a frame whose bytes stop for ``timeout`` cycles is answered ``TRUNCATED`` and
     dropped. Bytes that arrive while a command runs are dropped: one command at a time.
+
+    Generated tokens wait in a queue as deep as the context, so the engine never waits for
+    the line; each ``TOKEN`` reply carries every token queued when it starts (up to 255), so
+    the line carries about a byte per token once the engine outpaces it.
 
     Ports
     -----
@@ -125,6 +129,13 @@ class CommandProtocol(wiring.Component):
         fault = Signal(8)
         token = Signal(8)
         stats = Signal(80)
+        # Generated tokens, queued until a reply carries them.
+        m.submodules.pending = pending = fifo.SyncFIFO(width=8, depth=seq_len + 1)
+        m.d.comb += [
+            pending.w_data.eq(self.tokens.payload),
+            pending.w_en.eq(self.tokens.valid),
+            self.tokens.ready.eq(pending.w_rdy),
+        ]
         m.submodules.ident = ident_rom = memory.Memory(shape=8, depth=len(self.ident), init=self.ident)
         ident_read = ident_rom.read_port(domain="comb")
         m.d.comb += ident_read.addr.eq(sent)
@@ -137,15 +148,16 @@ class CommandProtocol(wiring.Component):
             with m.Case(Reply.IDENT):
                 m.d.comb += payload_byte.eq(ident_read.data)
             with m.Case(Reply.TOKEN):
-                m.d.comb += payload_byte.eq(token)
+                m.d.comb += payload_byte.eq(pending.r_data)
             with m.Case(Reply.STATS):
                 m.d.comb += payload_byte.eq(Array(stats.word_select(i, 8) for i in range(10))[sent])
             with m.Case(Reply.ERROR):
                 m.d.comb += payload_byte.eq(fault)
-        reply_lengths = {Reply.OK: 2, Reply.IDENT: len(self.ident), Reply.TOKEN: 1, Reply.STATS: 10, Reply.ERROR: 1}
+        reply_lengths = {Reply.OK: 2, Reply.IDENT: len(self.ident), Reply.STATS: 10, Reply.ERROR: 1}
 
-        def reply(kind, then):
-            m.d.sync += [reply_type.eq(kind), reply_length.eq(reply_lengths[kind]), sent.eq(0)]
+        def reply(kind, then, length=None):
+            m.d.sync += [reply_type.eq(kind), reply_length.eq(reply_lengths[kind] if length is None else length),
+                         sent.eq(0)]
             m.next = f"SEND_SYNC_{then}"
 
         def fail(code):
@@ -174,6 +186,8 @@ class CommandProtocol(wiring.Component):
                                  tx_crc.data.eq(payload_byte), tx_crc.valid.eq(self.tx.ready)]
                     with m.If(self.tx.ready):
                         m.d.sync += sent.eq(sent + 1)
+                        if then == "GENERATE_TOKENS":  # a TOKEN reply's bytes leave the queue
+                            m.d.comb += pending.r_en.eq(1)
             with m.State(f"SEND_CRC_{then}"):
                 m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(tx_crc.crc)]
                 with m.If(self.tx.ready):
@@ -307,13 +321,12 @@ class CommandProtocol(wiring.Component):
                 with m.If(self.cmd.ready):
                     m.next = "GENERATE_TOKENS"
             with m.State("GENERATE_TOKENS"):
-                # The engine is busy from the command's acceptance until the last token; a
-                # command it refuses ends with its error set and no token.
+                # The engine is busy from the command's acceptance until its last token is
+                # queued; a command it refuses ends with its error set and no token.
                 errors = Array(Const(FROM_ENGINE.get(e, 0), 8) for e in EngineError)
-                m.d.comb += [self.tokens.ready.eq(1)]
-                with m.If(self.tokens.valid):
-                    m.d.sync += token.eq(self.tokens.payload)
-                    reply(Reply.TOKEN, "GENERATE_TOKENS")
+                with m.If(pending.level != 0):
+                    reply(Reply.TOKEN, "GENERATE_TOKENS",
+                          length=Mux(pending.level > self.MAX_PAYLOAD, self.MAX_PAYLOAD, pending.level))
                 with m.Elif(~self.status.busy):
                     with m.If(self.status.error != EngineError.NONE):
                         fail(errors[self.status.error])

@@ -151,8 +151,14 @@ class Device:
     def generate(self, count):
         """Yield each generated token as the device makes it."""
         tag = self._send(Command.GENERATE, count.to_bytes(2, "little"))
-        for _ in range(count):
-            yield self._expect(tag, Reply.TOKEN)[0]
+        received = 0
+        while received < count:
+            # A reply carries every token the device made since the last one.
+            tokens = self._expect(tag, Reply.TOKEN)
+            if not 0 < len(tokens) <= count - received:
+                raise IOError(f"a TOKEN reply of {len(tokens)} tokens, with {count - received} still due")
+            received += len(tokens)
+            yield from tokens
         self._expect(tag, Reply.OK)
 
     def stats(self):

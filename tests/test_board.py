@@ -9,7 +9,7 @@ import serial
 
 from hdl.engine import DEFAULT_WAYS, lanes_for
 from host.device import Device, DeviceError, IdentityMismatch
-from host.protocol import Command, Fault, crc8, encode_request
+from host.protocol import Command, Fault, Reply, crc8, encode_request
 from int8model import Golden, load
 from int8model.format import from_json
 from sim.board import SIM_BAUD, SIM_CLOCK_HZ, SimulatedBoard
@@ -54,6 +54,24 @@ def test_whole_generation_equals_golden(device, model):
     assert list(device.generate(count)) == golden_tokens(model, prompt, count)
     stats = device.stats()
     assert stats.pos == model.seq_len and stats.steps == model.seq_len and stats.cycles > 0
+
+
+def test_token_replies_carry_every_queued_token(device, model):
+    """A token's own reply takes 240 cycles of this line, a step about 200: tokens queue up,
+    and a reply takes all that are queued."""
+    prompt = [7, 7, 2]
+    count = model.seq_len - len(prompt) + 1
+    device.reset()
+    device.feed(prompt)
+    device.write_raw(encode_request(Command.GENERATE, 220, count.to_bytes(2, "little")))
+    replies = []
+    while sum(map(len, replies)) < count:
+        kind, payload = device.reply(220)
+        assert kind == Reply.TOKEN
+        replies.append(payload)
+    assert device.reply(220) == (Reply.OK, model.seq_len.to_bytes(2, "little"))
+    assert [t for r in replies for t in r] == golden_tokens(model, prompt, count)
+    assert len(replies) < count and max(map(len, replies)) > 1
 
 
 def expect_fault(device, tag, fault):
