@@ -83,7 +83,8 @@ class Engine(wiring.Component):
         row ``K[pos]``, ``V[pos]``: the step ends once V leaves the lanes, with no attention,
         FFN or head, and leaves no next token for ``GENERATE``.
     tokens : ``Out(stream.Signature(8))``
-        Each generated token, as it is made; the engine waits while it is not taken.
+        Each generated token, as it is made, from a register: the next step starts at once,
+        and waits only if the previous token has still not been taken when it ends.
     status : ``Out(status_layout)``
         The position of the next step, the last command's :class:`Error`, whether a
         command is running, the cycles of the last step and the steps since ``NEW``.
@@ -315,6 +316,12 @@ class Engine(wiring.Component):
         op = Signal.like(self.cmd.payload.op)
         arg = Signal.like(self.cmd.payload.arg)
         m.d.sync += cycles.eq(cycles + 1)
+        # The output register of generated tokens: free once its token is taken (or being taken).
+        token_pending = Signal()
+        slot_free = ~token_pending | self.tokens.ready
+        m.d.comb += self.tokens.valid.eq(token_pending)
+        with m.If(self.tokens.ready):
+            m.d.sync += token_pending.eq(0)
 
         prefilling = Signal()  # the step makes only the cache row
 
@@ -364,7 +371,7 @@ class Engine(wiring.Component):
                             m.d.sync += error.eq(Error.POSITION)
                         with m.Else():
                             m.d.sync += [remaining.eq(arg - 1), busy.eq(1), generating.eq(1)]
-                            m.next = "EMIT"
+                            m.next = "EMIT_FIRST"
             with m.State("STEP"):
                 # Embedding ends once its last column has been taken.
                 with m.If(embedding & (embed_word == words) & embed_advance):
@@ -399,24 +406,33 @@ class Engine(wiring.Component):
                 m.d.comb += cache.write.valid.eq(1)
                 m.d.sync += values_ready.eq(1)
                 m.next = "HEAD"
+            def emit_then_step(token):
+                # The token goes to the output register; the next step starts at once.
+                m.d.sync += token_pending.eq(1)
+                with m.If(remaining == 0):
+                    m.next = "DRAIN"
+                with m.Else():
+                    start_step(token)
+                    m.d.sync += remaining.eq(remaining - 1)
+                    m.next = "STEP"
+
             with m.State("HEAD"):
-                m.d.comb += argmax.o.ready.eq(1)
-                with m.If(argmax.o.valid):
+                # A generated token waits for the previous one to have left.
+                m.d.comb += argmax.o.ready.eq(~generating | slot_free)
+                with m.If(argmax.o.valid & argmax.o.ready):
                     m.d.sync += [next_token.eq(argmax.o.payload), have_next.eq(1)]
                     end_step()
                     with m.If(generating):
-                        m.next = "EMIT"
+                        emit_then_step(argmax.o.payload)
                     with m.Else():
                         m.d.sync += busy.eq(0)
                         m.next = "IDLE"
-            with m.State("EMIT"):
-                m.d.comb += self.tokens.valid.eq(1)
-                with m.If(self.tokens.ready):
-                    with m.If(remaining == 0):
-                        m.d.sync += [busy.eq(0), generating.eq(0)]
-                        m.next = "IDLE"
-                    with m.Else():
-                        start_step(next_token)
-                        m.d.sync += remaining.eq(remaining - 1)
-                        m.next = "STEP"
+            with m.State("EMIT_FIRST"):
+                # GENERATE's first token is the last step's.
+                with m.If(slot_free):
+                    emit_then_step(next_token)
+            with m.State("DRAIN"):
+                with m.If(slot_free):
+                    m.d.sync += [busy.eq(0), generating.eq(0)]
+                    m.next = "IDLE"
         return m
