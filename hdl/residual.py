@@ -52,18 +52,23 @@ class Residual(wiring.Component):
         advance = Signal()
         m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
 
-        # The stored vectors are small (a column each): LUT RAM, read as the input arrives.
+        # The stored vectors are small (a column each): LUT RAM, read as the input arrives,
+        # written from the output register a cycle later. A column is stored long before it
+        # is read back (a whole matrix product apart), so neither needs a bypass.
         reads, writes = {}, {}
         for name, bound in self.vectors.items():
             store = memory.Memory(shape=signed(bound.bits), depth=self.columns, init=[])
             m.submodules[name] = store
-            # A column is stored long before it is read back (a whole matrix product apart),
-            # so the read needs no bypass of a write in flight.
             reads[name] = store.read_port(domain="comb")
             writes[name] = store.write_port()
-            m.d.comb += [reads[name].addr.eq(self.i.payload.tag), writes[name].addr.eq(self.i.payload.tag)]
+            m.d.comb += [
+                reads[name].addr.eq(self.i.payload.tag),
+                writes[name].addr.eq(self.o.payload.tag),
+                writes[name].data.eq(self.o.payload.value),
+            ]
 
-        # One stage: add, store, pass on.
+        # One stage: add and pass on; the output is stored (again, while it waits: the same
+        # value to the same column).
         value = self.i.payload.value
         result = Signal(signed(self.out_bound.bits))
         m.d.comb += result.eq(value)
@@ -72,9 +77,11 @@ class Residual(wiring.Component):
                 with m.Case(index):
                     if add_from is not None:
                         m.d.comb += result.eq(value + reads[add_from].data)
+        with m.Switch(self.o.payload.select):
+            for index, (add_from, store_to) in enumerate(self.rules):
+                with m.Case(index):
                     if store_to is not None:
-                        m.d.comb += [writes[store_to].data.eq(result),
-                                     writes[store_to].en.eq(self.i.valid & advance)]
+                        m.d.comb += writes[store_to].en.eq(self.o.valid)
 
         with m.If(advance):
             m.d.sync += [
