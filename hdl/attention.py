@@ -48,7 +48,8 @@ class Attention(wiring.Component):
     """
 
     SCORE_LATENCY = 5   # issue → row address → K row → operands → products → head sums, written
-    # issue → gap → × M_score (two cycles when cut) → index → LUT/V read → operands → products → num
+    # issue → gap → operand → × M_score (two cycles when cut) → index → LUT/V read → operands
+    # → products → num
     WEIGHT_LATENCY = 7
 
     def __init__(self, model, bounds, *, ways=1):
@@ -133,7 +134,7 @@ class Attention(wiring.Component):
                     m.d.sync += peak[g].eq(head_sums[g])
 
         # -- Phase 2: weights, den, num.
-        weight_latency = self.WEIGHT_LATENCY + self.gap_stages - 1
+        weight_latency = self.WEIGHT_LATENCY + self.gap_stages
         w_valid = Signal(weight_latency)
         w_row = [Signal(range(self.seq_len), name=f"w_row{i}") for i in range(weight_latency)]
         m.d.sync += [w_valid.eq(Mux(scoring, 0, (w_valid << 1) | issuing))]
@@ -146,9 +147,13 @@ class Attention(wiring.Component):
         scaled = []
         for g in range(heads):
             m.d.sync += gaps[g].eq(peak[g] - score_read.data[g])
-            scaled.append(split_product(m, gaps[g], Const(self.score_rule.multiplier), 1,
+            # The multiplier's own operand register, placed beside it: with most of the
+            # part's multipliers in use, the one this product gets may be far from `gaps`.
+            operand = Signal.like(gaps[g], name=f"gap_operand{g}")
+            m.d.sync += operand.eq(gaps[g])
+            scaled.append(split_product(m, operand, Const(self.score_rule.multiplier), 1,
                                         b["score_gap*M_score"].bits, f"scaled{g}"))
-        late = self.gap_stages - 1  # a cut product is a cycle later
+        late = self.gap_stages  # the operand register, and a cut product's second cycle
 
         m.submodules.exp_lut = lut = memory.Memory(
             shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
