@@ -55,14 +55,14 @@ FROM_ENGINE = {EngineError.TOKEN: Fault.TOKEN, EngineError.POSITION: Fault.POSIT
 CRC8 = crc.catalog.CRC8_AUTOSAR
 
 
-def ident_payload(model, lanes, clock_hz, baud):
+def ident_payload(model, lanes, clock_hz, baud, ways, lut_ways):
     """IDENT's payload: sha256 (32 bytes), d_model, n_heads, d_ff, vocab, seq_len (u16 each),
-    lanes (u16), clock in Hz (u32), baud (u32)."""
+    lanes (u16), clock in Hz (u32), baud (u32), ways and LUT ways (u8 each)."""
     out = bytes.fromhex(model.sha256)
     for value in (model.d_model, model.n_heads, model.d_ff, model.vocab, model.seq_len, lanes):
         out += value.to_bytes(2, "little")
     out += int(clock_hz).to_bytes(4, "little") + int(baud).to_bytes(4, "little")
-    return out
+    return out + bytes([ways, lut_ways])
 
 
 class CommandProtocol(wiring.Component):

@@ -48,7 +48,7 @@ class DeviceTop(wiring.Component):
                              f"(divisor {self.divisor} is {self.baud_error:.1%} off)")
         self.engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways)
         self.lanes = self.engine.lanes
-        ident = ident_payload(model, self.lanes, clock_hz, baud)
+        ident = ident_payload(model, self.lanes, clock_hz, baud, ways, lut_ways)
         self.protocol = CommandProtocol(model, ident=ident, timeout=round(frame_timeout * clock_hz))
         self.uart = UART(self.divisor)
         super().__init__()

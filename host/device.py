@@ -47,10 +47,12 @@ class Ident:
     lanes: int
     clock_hz: int
     baud: int
+    ways: int      # elements a cycle between the units: MAC multipliers = lanes × ways
+    lut_ways: int  # of them, built from LUTs
 
     @classmethod
     def parse(cls, payload):
-        fields = struct.unpack("<6H2I", payload[32:])
+        fields = struct.unpack("<6H2I2B", payload[32:])
         return cls(payload[:32].hex(), *fields)
 
 

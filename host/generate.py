@@ -39,7 +39,8 @@ def main(argv=None):
     parser.add_argument("--generate", type=int, metavar="N",
                         help="tokens to generate (default: up to the end of the context)")
     parser.add_argument("--port", help="serial port of the board (serial backend; found by default)")
-    parser.add_argument("--lanes", type=int, help="MAC lanes of the simulated board (default d_model rounded up to a multiple of 3)")
+    parser.add_argument("--lanes", type=int,
+                        help="MAC lanes of the simulated board (default d_model rounded up to a multiple of its 4 ways)")
     args = parser.parse_args(argv)
 
     try:

@@ -44,6 +44,7 @@ def test_ident(device, model):
     assert ident.sha256 == model.sha256
     assert (ident.d_model, ident.n_heads, ident.d_ff, ident.vocab, ident.seq_len) == (32, 4, 32, 32, 32)
     assert (ident.lanes, ident.clock_hz, ident.baud) == (lanes_for(model, DEFAULT_WAYS), SIM_CLOCK_HZ, SIM_BAUD)
+    assert (ident.ways, ident.lut_ways) == (DEFAULT_WAYS, 0)
 
 
 def test_whole_generation_equals_golden(device, model):
