@@ -47,14 +47,14 @@ class Epilogue(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``, ``value`` int8.
 
     A stage skips the units it has nothing to do in: ``EMBED`` enters at the residual, ``Q``,
-    ``K`` and ``V`` leave after the first requant, ``H`` goes from the first requant straight
-    to the last. Of the values in flight at any time, all belong to one stage (a decode step
-    makes each stage's values from the previous stage's), so the paths never meet.
+    ``K`` and ``V`` leave after the first requant. Of the values in flight at any time, all
+    belong to one stage (a decode step makes each stage's values from the previous stage's),
+    so the paths never meet.
 
     Its input must come from registers (in the engine: the routed register slice).
 
-    Latency: 9 cycles for ``O`` and ``F``, 8 for ``H``, 5 for ``EMBED``, 4 for ``Q``, ``K``
-    and ``V`` (a requant of a wide value 4, the residual 1); throughput one value per cycle.
+    Latency: 9 cycles for ``O``, ``H`` and ``F``, 5 for ``EMBED``, 4 for ``Q``, ``K`` and ``V``
+    (a requant of a wide value 4, the residual 1); throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):
@@ -107,32 +107,27 @@ class Epilogue(wiring.Component):
 
         # The input: EMBED to the residual, every other stage to the first requant.
         embed_in = self.i.payload.select == Stage.EMBED
-        # The first requant's output: Q, K and V out, H to the last requant, O and F on.
+        # The first requant's output: Q, K and V out, the others on through the residual
+        # (whose output register is then the only input of the last requant's multiplier).
         select = first.o.payload.select
         collect = (select == Stage.Q) | (select == Stage.K) | (select == Stage.V)
-        skip_residual = select == Stage.H
         m.d.comb += [
             *carry(first.i.payload, self.i.payload),
             first.i.valid.eq(self.i.valid & ~embed_in),
-            first.o.ready.eq(Mux(collect, self.o.ready,
-                                 Mux(skip_residual, last.i.ready, residual.i.ready))),
+            first.o.ready.eq(Mux(collect, self.o.ready, residual.i.ready)),
             self.i.ready.eq(Mux(embed_in, residual.i.ready, first.i.ready)),
         ]
         with m.If(first.o.valid):
             m.d.comb += [
                 *carry(residual.i.payload, first.o.payload),
-                residual.i.valid.eq(~collect & ~skip_residual),
+                residual.i.valid.eq(~collect),
             ]
         with m.Else():
             m.d.comb += [
                 *carry(residual.i.payload, self.i.payload),
                 residual.i.valid.eq(self.i.valid & embed_in),
             ]
-        with m.If(first.o.valid & skip_residual):
-            m.d.comb += [*carry(last.i.payload, first.o.payload), last.i.valid.eq(1)]
-        with m.Else():
-            m.d.comb += [*carry(last.i.payload, residual.o.payload), last.i.valid.eq(residual.o.valid)]
-        m.d.comb += residual.o.ready.eq(last.i.ready & ~(first.o.valid & skip_residual))
+        wiring.connect(m, residual.o, last.i)
         with m.If(first.o.valid & collect):
             m.d.comb += [*carry(self.o.payload, first.o.payload), self.o.valid.eq(1)]
         with m.Else():
