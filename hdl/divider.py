@@ -44,7 +44,6 @@ class FloorDivider(wiring.Component):
         self.rem_bits = Bound(0, (1 << self.steps) * den_bound.hi).bits
         self.tag_shape = tag_shape
         self.bits_per_stage = bits_per_stage
-        self.latency = 1 + -(-self.steps // bits_per_stage)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "num": signed(num_bound.bits), "den": signed(den_bound.bits), "tag": tag_shape}))),

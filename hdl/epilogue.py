@@ -79,8 +79,7 @@ class Epilogue(wiring.Component):
         # (see Engine) goes to this scratch column, so that it never overwrites a stored one.
         self.scratch = max(model.d_model, model.d_ff)
         columns = self.scratch + 1
-        # Both requants start from registers: the engine's routed slice, the residual's output
-        # (or the first requant's output slice).
+        # Both requants start from registers: the engine's routed slice, the residual's output.
         self.first = Requant(self.in_bound, [first[s] for s in stages], tag_shape=range(columns),
                              registered_input=True)
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)

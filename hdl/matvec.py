@@ -117,10 +117,6 @@ class MatVec(wiring.Component):
         """The lanes' products a cycle."""
         return self.lanes * self.ways
 
-    @property
-    def dsp_multipliers(self):
-        return self.lanes * (self.ways - self.lut_ways)
-
     def elaborate(self, platform):
         m = Module()
         lanes, ways = self.lanes, self.ways

@@ -11,8 +11,8 @@ class Residual(wiring.Component):
 
     Each input carries a rule index (``select``) and a column (``tag``). Per rule, the unit may
     add the column's entry of a stored vector to the value, and may store the result as the
-    column's entry of a vector, before passing it on. The vectors live in small RAMs, one word
-    per column, in LUT RAM read as the input arrives.
+    column's entry of a vector, before passing it on. The vectors live in LUT RAM, one word
+    per column, read as the input arrives and written from the output register.
 
     Parameters
     ----------
