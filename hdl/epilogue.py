@@ -1,7 +1,7 @@
 import enum
 
-from amaranth.hdl import Module, Mux
-from amaranth.lib import wiring
+from amaranth.hdl import Module, Mux, signed
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from int8model.bounds import Bound
@@ -37,7 +37,7 @@ class Epilogue(wiring.Component):
     2. :class:`Residual`: store ``x``; ``s1 = x + o`` (stored); ``s2 = s1 + f``,
     3. :class:`Requant` to int8 by ``r_qkv``, ``r_ffn``, ``r_hid`` or ``r_out``.
 
-    A stage with nothing to do at a step passes through it exactly (``× 1 >> 0``).
+    A stage with nothing to add or store passes through the residual unchanged.
     Widths come from the model's bounds. The tag ``scratch`` (one past the widest vector)
     names no column: what is stored there is never read for a real one.
 
@@ -53,43 +53,55 @@ class Epilogue(wiring.Component):
 
     Its input must come from registers (in the engine: the routed register slice).
 
-    Latency: 9 cycles for ``O``, ``H`` and ``F``, 5 for ``EMBED``, 4 for ``Q``, ``K`` and ``V``
-    (a requant of a wide value 4, the residual 1); throughput one value per cycle.
+    Latency: a requant 3 cycles, 4 for a value wider than a multiplier's 18 bits (the first,
+    for the seed-size model; the last takes the narrower residual stream), the residual 1:
+    8 cycles for ``O``, ``H`` and ``F``, 4 for ``EMBED``, 4 for ``Q``, ``K`` and ``V``;
+    throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):
         r, b = model.requant, bounds
-        identity = Rule(1, 0, saturate=False)
+        # A stage that skips a requant has a rule there all the same (the rules are indexed by
+        # stage): one that makes 0, so that it widens neither the unit's output nor what follows.
+        unused = Rule(0, 0, saturate=False)
         first = {
-            Stage.EMBED: identity, Stage.Q: Rule.to8(r["M_q"]), Stage.K: Rule.to8(r["M_k"]),
+            Stage.EMBED: unused, Stage.Q: Rule.to8(r["M_q"]), Stage.K: Rule.to8(r["M_k"]),
             Stage.V: Rule.to8(r["M_v"]), Stage.O: Rule.rq(r["M_o"]),
             Stage.H: Rule.rq(r["M_h"], relu=True), Stage.F: Rule.rq(r["M_f"]),
         }
         last = {
-            Stage.EMBED: Rule.to8(r["r_qkv"]), Stage.Q: identity, Stage.K: identity,
-            Stage.V: identity, Stage.O: Rule.to8(r["r_ffn"]), Stage.H: Rule.to8(r["r_hid"]),
+            Stage.EMBED: Rule.to8(r["r_qkv"]), Stage.Q: unused, Stage.K: unused,
+            Stage.V: unused, Stage.O: Rule.to8(r["r_ffn"]), Stage.H: Rule.to8(r["r_hid"]),
             Stage.F: Rule.to8(r["r_out"]),
         }
         residual_rules = {
             Stage.EMBED: (None, "x"), Stage.O: ("x", "s1"), Stage.F: ("s1", None),
         }
         stages = list(Stage)
-        self.in_bound = _union(b["x"], b["acc_q"], b["acc_k"], b["acc_v"], b["acc_o"], b["acc_h"], b["acc_f"])
+        # Each rule's input range is its own product's: the results' widths follow from them.
+        # EMBED's x passes through the epilogue's input on its way to the residual.
+        first_in = {Stage.EMBED: b["x"], Stage.Q: b["acc_q"], Stage.K: b["acc_k"], Stage.V: b["acc_v"],
+                    Stage.O: b["acc_o"], Stage.H: b["acc_h"], Stage.F: b["acc_f"]}
         # One column more than any vector has: a value that is only there to fill a word
         # (see Engine) goes to this scratch column, so that it never overwrites a stored one.
         self.scratch = max(model.d_model, model.d_ff)
         columns = self.scratch + 1
         # Both requants start from registers: the engine's routed slice, the residual's output.
-        self.first = Requant(self.in_bound, [first[s] for s in stages], tag_shape=range(columns),
+        stored = {"x": b["x"], "s1": b["s1"]}
+        # The first requant carries, beside each value's column, the residual's entry that
+        # the value will add (looked up at the input, see Residual).
+        carried = data.StructLayout({"column": range(columns), "addend": signed(_union(*stored.values()).bits)})
+        self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=carried,
                              registered_input=True)
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
         self.residual = Residual(
-            self.first.out_bound, {"x": b["x"], "s1": b["s1"]},
+            _union(b["x"], self.first.out_bound), stored,
             [residual_rules.get(s, (None, None)) for s in stages], middle_bound, columns)
         self.last = Requant(middle_bound, [last[s] for s in stages], tag_shape=range(columns),
                             registered_input=True)
         super().__init__({
-            "i": In(self.first.i.signature.flip()),
+            "i": In(stream.Signature(data.StructLayout({
+                "value": signed(self.first.in_bits), "tag": range(columns), "select": range(len(stages))}))),
             "o": Out(self.last.o.signature),
         })
 
@@ -100,35 +112,46 @@ class Epilogue(wiring.Component):
         m.submodules.last = self.last
         first, residual, last = self.first, self.residual, self.last
 
-        def carry(into, source):
+        def carry(into, source, tag=None):
             # Field by field: the units' values differ in width.
-            return [into.value.eq(source.value), into.tag.eq(source.tag), into.select.eq(source.select)]
+            return [into.value.eq(source.value), into.tag.eq(source.tag if tag is None else tag),
+                    into.select.eq(source.select)]
 
-        # The input: EMBED to the residual, every other stage to the first requant.
+        # The input: EMBED to the residual, every other stage to the first requant, with the
+        # residual's entry that it will add.
         embed_in = self.i.payload.select == Stage.EMBED
+        m.d.comb += [
+            residual.lookup_tag.eq(self.i.payload.tag),
+            residual.lookup_select.eq(self.i.payload.select),
+            first.i.payload.tag.column.eq(self.i.payload.tag),
+            first.i.payload.tag.addend.eq(residual.addend),
+        ]
         # The first requant's output: Q, K and V out, the others on through the residual
         # (whose output register is then the only input of the last requant's multiplier).
         select = first.o.payload.select
         collect = (select == Stage.Q) | (select == Stage.K) | (select == Stage.V)
         m.d.comb += [
-            *carry(first.i.payload, self.i.payload),
+            first.i.payload.value.eq(self.i.payload.value),
+            first.i.payload.select.eq(self.i.payload.select),
             first.i.valid.eq(self.i.valid & ~embed_in),
             first.o.ready.eq(Mux(collect, self.o.ready, residual.i.ready)),
             self.i.ready.eq(Mux(embed_in, residual.i.ready, first.i.ready)),
         ]
         with m.If(first.o.valid):
             m.d.comb += [
-                *carry(residual.i.payload, first.o.payload),
+                *carry(residual.i.payload, first.o.payload, first.o.payload.tag.column),
+                residual.i.payload.addend.eq(first.o.payload.tag.addend),
                 residual.i.valid.eq(~collect),
             ]
         with m.Else():
             m.d.comb += [
                 *carry(residual.i.payload, self.i.payload),
+                residual.i.payload.addend.eq(0),  # EMBED stores x, adds nothing
                 residual.i.valid.eq(self.i.valid & embed_in),
             ]
         wiring.connect(m, residual.o, last.i)
         with m.If(first.o.valid & collect):
-            m.d.comb += [*carry(self.o.payload, first.o.payload), self.o.valid.eq(1)]
+            m.d.comb += [*carry(self.o.payload, first.o.payload, first.o.payload.tag.column), self.o.valid.eq(1)]
         with m.Else():
             m.d.comb += [*carry(self.o.payload, last.o.payload), self.o.valid.eq(last.o.valid)]
         m.d.comb += last.o.ready.eq(self.o.ready & ~(first.o.valid & collect))

@@ -50,8 +50,9 @@ class Requant(wiring.Component):
 
     Parameters
     ----------
-    in_bound : :class:`~int8model.bounds.Bound`
-        The range of every input value.
+    in_bound : :class:`~int8model.bounds.Bound`, or a list of them
+        The range of every input value; or, one per rule, the range of the values that take
+        that rule (a tighter bound on the results where the rules see different ranges).
     rules : list of :class:`Rule`
     tag_shape : shape-like
         A side-band payload carried unchanged from input to output (routing information).
@@ -75,7 +76,6 @@ class Requant(wiring.Component):
     """
 
     def __init__(self, in_bound, rules, *, tag_shape=unsigned(0), registered_input=False):
-        self.in_bound = in_bound
         self.registered_input = registered_input
         self.rules = list(rules)
         if not self.rules:
@@ -83,9 +83,13 @@ class Requant(wiring.Component):
         for rule in self.rules:
             if not 0 <= rule.shift <= 63:
                 raise ValueError(f"shift {rule.shift} is outside 0..63")
-        self.in_bits = in_bound.bits
-        self.product_bits = max(rule.product_bound(in_bound).bits for rule in self.rules)
-        results = [rule.result_bound(in_bound) for rule in self.rules]
+        rule_bounds = list(in_bound) if isinstance(in_bound, (list, tuple)) else [in_bound] * len(self.rules)
+        if len(rule_bounds) != len(self.rules):
+            raise ValueError(f"{len(rule_bounds)} input bounds for {len(self.rules)} rules")
+        self.in_bound = Bound(min(b.lo for b in rule_bounds), max(b.hi for b in rule_bounds))
+        self.in_bits = self.in_bound.bits
+        self.product_bits = max(rule.product_bound(b).bits for rule, b in zip(self.rules, rule_bounds))
+        results = [rule.result_bound(b) for rule, b in zip(self.rules, rule_bounds)]
         self.out_bound = Bound(min(r.lo for r in results), max(r.hi for r in results))
         self.out_bits = self.out_bound.bits
         self.multiplier_bits = max(signed_bits(r.multiplier, r.multiplier) for r in self.rules)

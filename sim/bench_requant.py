@@ -14,8 +14,18 @@ from .runner import bench_params
 from .streams import StreamSink, StreamSource
 
 
+def rule_bounds(params):
+    """The input range of each rule: one for all, or one per rule."""
+    bounds = params["in_bound"]
+    if isinstance(bounds[0], list):
+        return [Bound(*b) for b in bounds]
+    return [Bound(*bounds)] * len(params["rules"])
+
+
 def build(params):
-    return Requant(Bound(*params["in_bound"]), [Rule(*r) for r in params["rules"]],
+    bounds = params["in_bound"]
+    in_bound = rule_bounds(params) if isinstance(bounds[0], list) else Bound(*bounds)
+    return Requant(in_bound, [Rule(*r) for r in params["rules"]],
                    registered_input=params.get("registered_input", False))
 
 
@@ -33,14 +43,17 @@ async def requant_matches_golden(dut):
     params = bench_params()
     unit = build(params)
     rng = random.Random(params["seed"])
-    lo, hi = params["in_bound"]
-    edges = [lo, hi, 0, -1, 1, lo + 1, hi - 1]
+    bounds = rule_bounds(params)
     items = []
     for i in range(params["count"]):
+        select = rng.randrange(len(unit.rules))
+        lo, hi = bounds[select].lo, bounds[select].hi
+        edges = [lo, hi, 0, -1, 1, lo + 1, hi - 1]
         value = edges[i % len(edges)] if i < 4 * len(edges) else rng.randint(lo, hi)
+        value = min(max(value, lo), hi)  # a narrow rule's range may not hold 0 or ±1
         item = {"value": value, "tag": 0}
         if len(unit.rules) > 1:
-            item["select"] = rng.randrange(len(unit.rules))
+            item["select"] = select
         items.append(item)
     await start(dut)
     source = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk, idle=0.3, rng=rng)

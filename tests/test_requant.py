@@ -15,7 +15,8 @@ EDGE_RULES = [
 
 
 def run(name, in_bound, rules, seed, count=2000, registered_input=False):
-    params = {"in_bound": [in_bound.lo, in_bound.hi],
+    bounds = [[b.lo, b.hi] for b in in_bound] if isinstance(in_bound, list) else [in_bound.lo, in_bound.hi]
+    params = {"in_bound": bounds,
               "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
               "seed": seed, "count": count, "registered_input": registered_input}
     run_bench(Requant(in_bound, rules, registered_input=registered_input), name=name,
@@ -27,6 +28,31 @@ def test_widths_follow_the_bounds():
     assert unit.product_bits == Bound(-5000, 5000).bits
     assert unit.out_bits == Bound(-1250, 1250).bits
     assert Requant(Bound(-2**20, 2**20), [Rule(1, 0)]).out_bits == 8
+
+
+PER_RULE = [  # each rule's own input range, and what the rules make of it
+    (Bound(-200_000, 200_000), Rule(17417, 18, saturate=False)),  # → ±13,289
+    (Bound(-(2**40), 2**40), Rule(3, 40)),                          # → int8
+    (Bound(-5, 5), Rule(1, 0, saturate=False)),
+]
+
+
+def test_widths_follow_each_rules_bound():
+    bounds, rules = [b for b, _ in PER_RULE], [r for _, r in PER_RULE]
+    unit = Requant(bounds, rules)
+    assert unit.in_bits == Bound(-(2**40), 2**40).bits
+    # Against the union of the inputs, the first rule alone would need 42 + 15 bits.
+    assert unit.product_bits == max(Bound(-(2**40), 2**40).times(3).bits, Bound(-200_000, 200_000).times(17417).bits)
+    assert unit.out_bits == Bound(-13289, 13288).bits
+    assert Requant(Bound(-(2**40), 2**40), rules).out_bits > unit.out_bits
+    with pytest.raises(ValueError, match="2 input bounds for 3 rules"):
+        Requant(bounds[:2], rules)
+
+
+@pytest.mark.parametrize("registered_input", [False, True])
+def test_each_rules_bound(registered_input):
+    run(f"requant_per_rule{'_registered' if registered_input else ''}", [b for b, _ in PER_RULE],
+        [r for _, r in PER_RULE], seed=4, count=1000, registered_input=registered_input)
 
 
 @pytest.mark.parametrize("registered_input", [False, True])
