@@ -43,7 +43,7 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·(pos + 1) + 15`` cycles to the first ``ci``, then one word per cycle.
+    Latency: ``2·(pos + 1) + 14`` cycles to the first ``ci``, then one word per cycle.
     Multipliers: ``d_model`` (shared by the two row phases) plus ``n_heads`` for ``M_score``.
     """
 

@@ -53,9 +53,9 @@ class Epilogue(wiring.Component):
 
     Its input must come from registers (in the engine: the routed register slice).
 
-    Latency: a requant 3 cycles, 4 for a value wider than a multiplier's 18 bits (the first,
+    Latency: a requant 2 cycles, 3 for a value wider than a multiplier's 18 bits (the first,
     for the seed-size model; the last takes the narrower residual stream), the residual 1:
-    8 cycles for ``O``, ``H`` and ``F``, 4 for ``EMBED``, 4 for ``Q``, ``K`` and ``V``;
+    6 cycles for ``O``, ``H`` and ``F``, 3 for ``EMBED``, 3 for ``Q``, ``K`` and ``V``;
     throughput one value per cycle.
     """
 

@@ -69,7 +69,7 @@ class Requant(wiring.Component):
         ``value`` is signed, as wide as the widest result of any rule; ``tag`` and ``select``
         pass through, so that units in a chain can share one rule index.
 
-    Latency 4 cycles (5 for inputs wider than a multiplier's 18 bits: see :mod:`.product`;
+    Latency 3 cycles (4 for inputs wider than a multiplier's 18 bits: see :mod:`.product`;
     one less with ``registered_input``),
     throughput one value per cycle; a stalled output holds the whole pipeline
     (after one more value, which waits in the output's register slice).
@@ -142,32 +142,14 @@ class Requant(wiring.Component):
                 m.d.sync += [later[0].eq(select2), later[1].eq(tag2), later[2].eq(valid2)]
             select2, tag2, valid2 = later
 
-        # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter), and
-        # the rule's clamps judged on the product itself (`(p >> s) > 127` is `p >= 128 << s`),
-        # side by side rather than one after the other.
-        shifts = sorted({rule.shift for rule in rules})
-        shifted = Signal(signed(max(self.product_bits - shifts[0], 1)))
-        to_zero = Signal()  # ReLU: the result is 0
-        to_high = Signal()  # saturation: the result is 127
-        to_low = Signal()   # saturation: the result is −128
-        select3 = Signal.like(select1)
-        tag3 = Signal(self.tag_shape)
-        valid3 = Signal()
-        with m.If(advance):
-            m.d.sync += [
-                shifted.eq(Array(product >> rule.shift for rule in rules)[select2]),
-                to_zero.eq(Array(Const(rule.relu) & (product < 0) for rule in rules)[select2]),
-                to_high.eq(Array(Const(rule.saturate) & (product >= (128 << rule.shift))
-                                 for rule in rules)[select2]),
-                to_low.eq(Array(Const(rule.saturate) & (product < (-128 << rule.shift))
-                                for rule in rules)[select2]),
-                select3.eq(select2),
-                tag3.eq(tag2),
-                valid3.eq(valid2),
-            ]
-
-        # Stage 4: the clamps applied, then a register slice, so that the pipeline's enable
-        # comes from registers and the consumer's readiness goes no further than the slice.
+        # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter) and,
+        # beside it rather than after it, the rule's clamps judged on the product itself
+        # (`(p >> s) > 127` is `p >= 128 << s`); then a register slice, so that the pipeline's
+        # enable comes from registers and the consumer's readiness goes no further than the slice.
+        shifted = Array(product >> rule.shift for rule in rules)[select2]
+        to_zero = Array(Const(rule.relu) & (product < 0) for rule in rules)[select2]
+        to_high = Array(Const(rule.saturate) & (product >= (128 << rule.shift)) for rule in rules)[select2]
+        to_low = Array(Const(rule.saturate) & (product < (-128 << rule.shift)) for rule in rules)[select2]
         result = Mux(to_zero, 0, Mux(to_high, 127, Mux(to_low, -128, shifted)))
         m.submodules.slice = out = SkidBuffer(self.o.payload.shape())
         wiring.connect(m, out.o, wiring.flipped(self.o))
@@ -178,8 +160,8 @@ class Requant(wiring.Component):
         with m.If(advance):
             m.d.sync += [
                 out.i.payload.value.eq(result),
-                out.i.payload.tag.eq(tag3),
-                *([out.i.payload.select.eq(select3)] if len(rules) > 1 else []),
-                out.i.valid.eq(valid3),
+                out.i.payload.tag.eq(tag2),
+                *([out.i.payload.select.eq(select2)] if len(rules) > 1 else []),
+                out.i.valid.eq(valid2),
             ]
         return m
