@@ -49,7 +49,7 @@ class MatVec(wiring.Component):
         The sums ``ways`` at a time in column order: ``acc[k]`` is column ``column + k``, the
         first ``count`` of them are the matrix's; ``last`` marks the vector's last word.
 
-    Latency: the first output word leaves 7 cycles after the last input word of the first group.
+    Latency: the first output word leaves 6 cycles after the last input word of the first group.
     Throughput: one input word per cycle per group, one output word per cycle; with
     ``lanes <= rows`` the output never stalls the lanes.
     """
@@ -233,7 +233,7 @@ class MatVec(wiring.Component):
         # -- Multiply: one int8 × int8 product per lane and element; in the LUT ways as two
         # partial products, added in the next stage with the others.
         multiplied = Signal(flags)
-        products = [[] for _ in range(ways)]  # per way and lane: the terms of the product
+        terms = [[] for _ in range(lanes)]  # per lane: what its products of the word add up from
         with m.If(moving):
             m.d.sync += multiplied.eq(operands)
             for k in range(ways):
@@ -244,23 +244,17 @@ class MatVec(wiring.Component):
                     if k < ways - self.lut_ways:
                         product = Signal(signed(16), name=f"product{k}_{lane}")
                         m.d.sync += product.eq(element * weight)
-                        products[k].append(product)
+                        terms[lane].append(product)
                     else:
                         low = Signal(signed(13), name=f"product{k}_{lane}_low")
                         high = Signal(signed(12), name=f"product{k}_{lane}_high")
                         low_part, high_part = nibble_products(element, weight)
                         m.d.sync += [low.eq(low_part), high.eq(high_part)]
-                        products[k].append(low + (high << 4))
+                        terms[lane] += [low, high << 4]
 
-        # -- Add each lane's products of the word.
-        summed = Signal(flags)
-        sums = [Signal(signed(16 + (ways - 1).bit_length()), name=f"sum{lane}") for lane in range(lanes)]
-        with m.If(moving):
-            m.d.sync += summed.eq(multiplied)
-            for lane, total in enumerate(sums):
-                m.d.sync += total.eq(sum(products[k][lane] for k in range(ways)))
-
-        # -- Accumulate; a group's last word lands in the output buffer instead.
+        # -- Accumulate: each lane adds the word's products to its sum in one stage, the adds
+        # as a balanced tree (few carry chains in series); a group's last word lands in the
+        # output buffer instead.
         accumulators = [Signal(signed(self.acc_bits), name=f"acc{lane}") for lane in range(lanes)]
         outputs = [Signal(signed(self.acc_bits), name=f"out{lane}") for lane in range(lanes)]
         out_count = Signal(range(lanes + 1))
@@ -278,26 +272,33 @@ class MatVec(wiring.Component):
         # from the next cycle's state (and not from the consumer's readiness: in the engine
         # that depends on the lanes', since outputs feed the next input).
         out_free = Signal(init=1)  # out_count == 0
-        finishing = summed.valid & summed.last
-        next_valid = Mux(advance, multiplied.valid, summed.valid)
-        next_last = Mux(advance, multiplied.last, summed.last)
+        finishing = multiplied.valid & multiplied.last
+        next_valid = Mux(advance, operands.valid, multiplied.valid)
+        next_last = Mux(advance, operands.last, multiplied.last)
         next_finishing = next_valid & next_last
         next_out_free = Mux(advance & finishing, 0, Mux(taking, out_count <= ways, out_free))
         next_advance = ~(next_finishing & ~next_out_free)
-        # The lanes' two enables, registered for the same reason.
-        accumulate = Signal()  # advance & summed.valid & ~summed.last
+        # The lanes' enables, registered for the same reason.
+        accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last
         load = Signal()        # advance & finishing: the group's sums go to the output buffer
+        first = Signal()       # multiplied.first: a group's first word starts the sum afresh
         m.d.sync += [
             out_free.eq(next_out_free),
             advance.eq(next_advance),
             accumulate.eq(next_advance & next_valid & ~next_last),
             load.eq(next_finishing & next_out_free),
+            first.eq(Mux(advance, operands.first, multiplied.first)),
         ]
+
+        def tree_sum(values):
+            while len(values) > 1:
+                values = [a + b for a, b in zip(values[0::2], values[1::2])] + values[len(values) & ~1:]
+            return values[0]
 
         accumulating = global_net(m, platform, accumulate, "lanes_accumulate")
         loading = global_net(m, platform, load, "lanes_load")
-        for acc, out, total in zip(accumulators, outputs, sums):
-            result = Mux(summed.first, total, acc + total)
+        for acc, out, lane_terms in zip(accumulators, outputs, terms):
+            result = tree_sum(lane_terms + [Mux(first, 0, acc)])
             with m.If(accumulating):
                 m.d.sync += acc.eq(result)
             with m.If(loading):
@@ -314,9 +315,9 @@ class MatVec(wiring.Component):
             m.d.comb += output.i.payload.acc[k].eq(outputs[k])
         with m.If(load):
             m.d.sync += [
-                out_count.eq(summed.count),
-                out_column.eq(summed.col_base),
-                out_matrix.eq(summed.matrix),
+                out_count.eq(multiplied.count),
+                out_column.eq(multiplied.col_base),
+                out_matrix.eq(multiplied.matrix),
             ]
         with m.Elif(taking):
             m.d.sync += [out_count.eq(Mux(out_count < ways, 0, out_count - ways)),
