@@ -111,12 +111,15 @@ class Attention(wiring.Component):
         score_layout = data.ArrayLayout(signed(self.score_bits), heads)
         m.submodules.scores = scores = memory.Memory(shape=score_layout, depth=self.seq_len, init=[])
         score_write = scores.write_port()
-        score_read = scores.read_port()  # one cycle of latency
+        # One cycle of latency; transparent, as the weight phase may read row 0 in the cycle its
+        # score is written (see SCORE_DRAIN).
+        score_read = scores.read_port(transparent_for=(score_write,))
         peak = Signal(score_layout)
 
         s_valid = Signal(self.SCORE_LATENCY)
         s_row = [Signal(range(self.seq_len), name=f"s_row{i}") for i in range(self.SCORE_LATENCY)]
-        m.d.sync += [s_valid.eq(Mux(scoring, (s_valid << 1) | issuing, 0))]
+        # The last scores are still on their way while the weight phase starts (see SCORE_DRAIN).
+        m.d.sync += [s_valid.eq((s_valid << 1) | (issuing & scoring))]
         m.d.sync += s_row[0].eq(row)
         for early, late in zip(s_row, s_row[1:]):
             m.d.sync += late.eq(early)
@@ -126,9 +129,9 @@ class Attention(wiring.Component):
         m.d.comb += [
             score_write.addr.eq(s_row[4]),
             score_write.data.eq(head_sums),
-            score_write.en.eq(scoring & s_valid[4]),
+            score_write.en.eq(s_valid[4]),
         ]
-        with m.If(scoring & s_valid[4]):
+        with m.If(s_valid[4]):
             for g in range(heads):
                 with m.If((s_row[4] == 0) | (head_sums[g] > peak[g])):
                     m.d.sync += peak[g].eq(head_sums[g])
@@ -244,11 +247,16 @@ class Attention(wiring.Component):
                         with m.If(row == pos):
                             m.next = f"{phase}_DRAIN"
             with m.State("SCORE_DRAIN"):
-                with m.If((s_valid == 0) & self.values_ready):
+                # The weight phase reads a row's score as it issues it, and works out its gap
+                # from the maximum a cycle later: it may start as the last score reaches the
+                # next-to-last stage, so that the maximum is complete in time for row 0.
+                with m.If((s_valid[:self.SCORE_LATENCY - 2] == 0) & self.values_ready):
                     m.d.sync += [row.eq(0), scoring.eq(0)]
                     m.next = "WEIGHT"
             with m.State("WEIGHT_DRAIN"):
-                with m.If(w_valid == 0):
+                # The numerators are complete a cycle after the last row leaves the pipeline's
+                # last stage but one: the dividers take them from then.
+                with m.If(w_valid[:weight_latency - 1] == 0):
                     m.d.sync += column.eq(0)
                     m.d.sync += [head.eq(head_of[k]) for k, head in enumerate(heads_of_word)]
                     m.next = "CONTEXT"

@@ -286,7 +286,10 @@ class Engine(wiring.Component):
         # that order).
         keys_ready = Signal()
         values_ready = Signal()
-        m.d.comb += [attention.keys_ready.eq(keys_ready), attention.values_ready.eq(values_ready)]
+        with m.If(keys_ready):
+            m.d.comb += attention.keys_ready.eq(1)
+        with m.If(values_ready):
+            m.d.comb += attention.values_ready.eq(1)
         m.d.comb += [
             cache.write.payload.pos.eq(pos),
             cache.write.payload.k.eq(k),
@@ -380,32 +383,29 @@ class Engine(wiring.Component):
                     # V leaves the lanes last: with it the row is complete, nothing in flight.
                     with m.If(have_v):
                         m.next = "PREFILL_ROW"
-                with m.Elif(have_q):
-                    m.next = "ATTEND"
+                with m.Else():
+                    # Attention starts as soon as q is complete.
+                    m.d.comb += attention.i.valid.eq(have_q)
+                    with m.If(have_q & attention.i.ready):
+                        m.next = "WAIT_KEYS"
             with m.State("PREFILL_ROW"):
                 m.d.comb += cache.write.valid.eq(1)
                 end_step()
                 m.d.sync += [have_next.eq(0), busy.eq(0)]
                 m.next = "IDLE"
-            with m.State("ATTEND"):
-                m.d.comb += attention.i.valid.eq(1)
-                with m.If(attention.i.ready):
-                    m.next = "WAIT_KEYS"
+            # The cache takes a row every cycle, written whole: K[pos] goes in as soon as it is
+            # complete (V[pos] is not yet: the row is written again once it is). Attention may
+            # read the row from the next cycle: it is told in the cycle of the write.
             with m.State("WAIT_KEYS"):
                 with m.If(have_k):
-                    m.next = "WRITE_KEYS"
-            with m.State("WRITE_KEYS"):
-                # K[pos] is complete (V[pos] is not yet: it is written again below).
-                m.d.comb += cache.write.valid.eq(1)  # the cache takes a row every cycle
-                m.d.sync += keys_ready.eq(1)
-                m.next = "WAIT_VALUES"
+                    m.d.comb += [cache.write.valid.eq(1), attention.keys_ready.eq(1)]
+                    m.d.sync += keys_ready.eq(1)
+                    m.next = "WAIT_VALUES"
             with m.State("WAIT_VALUES"):
                 with m.If(have_v):
-                    m.next = "WRITE_ROW"
-            with m.State("WRITE_ROW"):
-                m.d.comb += cache.write.valid.eq(1)
-                m.d.sync += values_ready.eq(1)
-                m.next = "HEAD"
+                    m.d.comb += [cache.write.valid.eq(1), attention.values_ready.eq(1)]
+                    m.d.sync += values_ready.eq(1)
+                    m.next = "HEAD"
             def emit_then_step(token):
                 # The token goes to the output register; the next step starts at once.
                 m.d.sync += token_pending.eq(1)
