@@ -12,6 +12,15 @@ from .requant import Requant, Rule
 __all__ = ["Attention"]
 
 
+def saturating_gap(rule, nlut, most):
+    """The least gap from which on every gap reads the same exp table entry (``most`` at the
+    highest): ``clamp(rq(gap, M_score), 0, nlut − 1)`` only grows with the gap for a positive
+    multiplier (and is 0 for any other), so a gap clamped to it reads what it would."""
+    if rule.multiplier <= 0:
+        return 0
+    return min(most, -(-((nlut - 1) << rule.shift) // rule.multiplier))
+
+
 class Attention(wiring.Component):
     """LUT-softmax attention of one query over cache rows 0..pos, every head at once (docs/semantics.md, step 3).
 
@@ -43,7 +52,8 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·(pos + 1) + 14`` cycles to the first ``ci``, then one word per cycle.
+    Latency: ``2·(pos + 1) + 19`` cycles from taking the query to the first ``ci`` (with the
+    K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` (shared by the two row phases) plus ``n_heads`` for ``M_score``.
     """
 
@@ -63,7 +73,10 @@ class Attention(wiring.Component):
                                               "score_gap*M_score", "weights", "den", "num", "ctx")}
         self.score_bits = bounds["scores"].bits
         self.gap_bits = bounds["score_gap"].bits
-        self.gap_stages = product_stages(self.gap_bits, signed=False)
+        # The gaps are clamped where the LUT index stops changing: the M_score product is
+        # then narrower (one multiplier, one cycle, for the seed-size model).
+        self.gap_limit = saturating_gap(self.score_rule, len(self.exp_lut), bounds["score_gap"].hi)
+        self.gap_stages = product_stages(max(1, self.gap_limit.bit_length()), signed=False)
         self.weight_bits = bounds["weights"].bits
         self.operand_bits = max(8, self.weight_bits)
         self.product_bits = Bound(-(1 << (self.operand_bits - 1)) * 128,
@@ -152,8 +165,8 @@ class Attention(wiring.Component):
             m.d.sync += gaps[g].eq(peak[g] - score_read.data[g])
             # The multiplier's own operand register, placed beside it: with most of the
             # part's multipliers in use, the one this product gets may be far from `gaps`.
-            operand = Signal.like(gaps[g], name=f"gap_operand{g}")
-            m.d.sync += operand.eq(gaps[g])
+            operand = Signal(range(self.gap_limit + 1), name=f"gap_operand{g}")
+            m.d.sync += operand.eq(Mux(gaps[g] > self.gap_limit, self.gap_limit, gaps[g]))
             scaled.append(split_product(m, operand, Const(self.score_rule.multiplier), 1,
                                         b["score_gap*M_score"].bits, f"scaled{g}"))
         late = self.gap_stages  # the operand register, and a cut product's second cycle

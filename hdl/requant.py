@@ -70,7 +70,7 @@ class Requant(wiring.Component):
         pass through, so that units in a chain can share one rule index.
 
     Latency 3 cycles (4 for inputs wider than a multiplier's 18 bits: see :mod:`.product`;
-    one less with ``registered_input``),
+    2 where every rule's multiplier is a power of two or 0; one less with ``registered_input``),
     throughput one value per cycle; a stalled output holds the whole pipeline
     (after one more value, which waits in the output's register slice).
     """
@@ -93,6 +93,7 @@ class Requant(wiring.Component):
         self.out_bound = Bound(min(r.lo for r in results), max(r.hi for r in results))
         self.out_bits = self.out_bound.bits
         self.multiplier_bits = max(signed_bits(r.multiplier, r.multiplier) for r in self.rules)
+        self.shift_only = all(r.multiplier >= 0 and r.multiplier & (r.multiplier - 1) == 0 for r in self.rules)
         self.tag_shape = tag_shape
         inputs = {"value": signed(self.in_bits), "tag": tag_shape}
         if len(self.rules) > 1:
@@ -131,11 +132,18 @@ class Requant(wiring.Component):
             with m.If(advance):
                 m.d.sync += stage1
 
-        # Stage 2 (and 2b for an input wider than a multiplier): the exact product.
-        product = split_product(m, value, multiplier, advance, self.product_bits, "product")
-        # The rule, tag and valid flag follow the product, as many cycles later.
+        # Stage 2 (and 2b for an input wider than a multiplier): the exact product; none where
+        # every multiplier is a power of two (or 0): the product is then a shift, in logic.
         select2, tag2, valid2 = select1, tag1, valid1
-        for stage in range(product_stages(self.in_bits)):
+        if self.shift_only:
+            product = Array(value << (r.multiplier.bit_length() - 1) if r.multiplier else Const(0)
+                            for r in rules)[select1]
+            product_cycles = 0
+        else:
+            product = split_product(m, value, multiplier, advance, self.product_bits, "product")
+            product_cycles = product_stages(self.in_bits)
+        # The rule, tag and valid flag follow the product, as many cycles later.
+        for stage in range(product_cycles):
             later = (Signal.like(select1, name=f"select2_{stage}"),
                      Signal(self.tag_shape, name=f"tag2_{stage}"), Signal(name=f"valid2_{stage}"))
             with m.If(advance):

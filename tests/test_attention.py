@@ -44,3 +44,22 @@ def test_single_entry_lut_and_negative_score_scale():
     doc["exp_lut"] = [5]
     doc["requant"]["M_score"] = [-77, 3]
     run("attention_one_entry", from_json(doc), seed=6, count=20)
+
+
+@pytest.mark.parametrize("multiplier, shift, nlut, most", [
+    (29608, 21, 128, 261120), (1, 0, 16, 40), (3, 2, 8, 5), (7, 0, 1, 100), (-5, 3, 64, 1000), (0, 0, 9, 50),
+    (2**40 - 1, 63, 256, 2**20),
+])
+def test_gaps_saturate_where_the_index_stops_changing(multiplier, shift, nlut, most):
+    """Clamping the gap there reads the same exp entry for every gap, and no lower clamp would."""
+    from hdl.attention import saturating_gap
+    from hdl.requant import Rule
+    from int8model.golden import rq
+
+    def index(gap):
+        return min(max(int(rq(np.int64(gap), (multiplier, shift))), 0), nlut - 1)
+    limit = saturating_gap(Rule.rq((multiplier, shift)), nlut, most)
+    gaps = sorted({*range(0, min(most, 5000) + 1), *np.linspace(0, most, 2000, dtype=np.int64).tolist()})
+    assert all(index(min(g, limit)) == index(g) for g in gaps)
+    if 0 < limit < most:
+        assert index(limit - 1) != index(most)

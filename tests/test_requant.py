@@ -72,3 +72,40 @@ def test_rules_of_random_models(seed):
     model = random_model(rng, 16, 2, 24, 16, 16, extreme=True)
     rules = [Rule.to8(model.requant[k]) for k in REQUANTS] + [Rule.rq(model.requant["M_h"], relu=True)]
     run(f"requant_random{seed}", Bound(-2**18, 2**18), rules, seed=seed)
+
+
+SHIFT_ONLY = [Rule(1, 0), Rule(4, 3, saturate=False), Rule(0, 2), Rule(2**20, 25, relu=True), Rule(1, 63)]
+
+
+@pytest.mark.parametrize("registered_input", [False, True])
+def test_powers_of_two(registered_input):
+    run(f"requant_shift_only{'_registered' if registered_input else ''}", Bound(-2**21, 2**21 - 1),
+        SHIFT_ONLY, seed=5, count=1000, registered_input=registered_input)
+
+
+@pytest.mark.parametrize("rules, registered_input, cycles", [
+    (SHIFT_ONLY, True, 1), (SHIFT_ONLY, False, 2),
+    ([Rule(3, 1)], True, 2), ([Rule(3, 1)], False, 3), (SHIFT_ONLY + [Rule(3, 1)], True, 2),
+])
+def test_latency(rules, registered_input, cycles):
+    """Cycles from a value taken to its result offered, with the output always ready."""
+    from amaranth.sim import Simulator
+    unit = Requant(Bound(-1000, 1000), rules, registered_input=registered_input)
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(unit.o.ready, 1)
+        ctx.set(unit.i.payload.value, 77)
+        ctx.set(unit.i.valid, 1)
+        await ctx.tick()
+        ctx.set(unit.i.valid, 0)
+        for cycle in range(1, 8):
+            if ctx.get(unit.o.valid):
+                seen.append(cycle)
+            await ctx.tick()
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [cycles]
