@@ -5,6 +5,8 @@ from amaranth.utils import ceil_log2
 
 from int8model.bounds import Bound
 
+from .fifo import SkidBuffer
+
 __all__ = ["FloorDivider"]
 
 
@@ -53,8 +55,13 @@ class FloorDivider(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The output leaves through a skid buffer: the stages' common enable then depends on
+        # the buffer's registers, not on the consumer's readiness (which would reach every
+        # stage of the divider through it).
+        m.submodules.slice = out = SkidBuffer(self.o.payload.shape())
+        wiring.connect(m, out.o, wiring.flipped(self.o))
         advance = Signal()
-        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+        m.d.comb += [advance.eq(~out.i.valid | out.i.ready), self.i.ready.eq(advance)]
 
         stage = data.StructLayout({
             "valid": 1, "rem": signed(self.rem_bits + 1), "den": signed(self.den_bits),
@@ -87,8 +94,8 @@ class FloorDivider(wiring.Component):
                 ]
             previous = after
         m.d.comb += [
-            self.o.valid.eq(previous.valid),
-            self.o.payload.value.eq(previous.quotient + self.quotient_bound.lo),
-            self.o.payload.tag.eq(previous.tag),
+            out.i.valid.eq(previous.valid),
+            out.i.payload.value.eq(previous.quotient + self.quotient_bound.lo),
+            out.i.payload.tag.eq(previous.tag),
         ]
         return m
