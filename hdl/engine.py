@@ -110,7 +110,9 @@ class Engine(wiring.Component):
         self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=ways)
         # A whole vector fits in the lanes' input queue: while the lanes still replay one
         # matrix's groups, the first results already flow into the next matrix's input.
-        self.feed = StreamFIFO(self.matvec.i.payload.shape(), -(-max(d, model.d_ff) // ways))
+        # A word that finds the queue empty and the lanes ready goes straight in.
+        self.feed = StreamFIFO(self.matvec.i.payload.shape(), -(-max(d, model.d_ff) // ways),
+                               fall_through=True)
         super().__init__({
             "cmd": In(stream.Signature(command_layout(model.seq_len))),
             "tokens": Out(stream.Signature(8)),

@@ -79,23 +79,28 @@ class StreamFIFO(wiring.Component):
     o : ``Out(stream.Signature(shape))``
 
     Latency 1 cycle (``SyncFIFO``: the head is read from distributed RAM without a register),
-    throughput one item per cycle.
+    throughput one item per cycle. With ``fall_through``, an item that arrives at an empty
+    queue whose consumer is ready passes straight through, in the same cycle; the input's
+    readiness still depends only on the queue.
     """
 
-    def __init__(self, shape, depth):
-        self.shape, self.depth = shape, depth
+    def __init__(self, shape, depth, *, fall_through=False):
+        self.shape, self.depth, self.fall_through = shape, depth, fall_through
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.queue = queue = fifo.SyncFIFO(
             width=Shape.cast(self.shape).width, depth=self.depth)
+        passing = Signal()  # the queue is empty: the input is the output
+        if self.fall_through:
+            m.d.comb += passing.eq(~queue.r_rdy)
         m.d.comb += [
             queue.w_data.eq(self.i.payload),
-            queue.w_en.eq(self.i.valid),
+            queue.w_en.eq(self.i.valid & ~(passing & self.o.ready)),
             self.i.ready.eq(queue.w_rdy),
-            self.o.payload.eq(queue.r_data),
-            self.o.valid.eq(queue.r_rdy),
-            queue.r_en.eq(self.o.ready),
+            self.o.payload.eq(Mux(passing, self.i.payload, queue.r_data)),
+            self.o.valid.eq(Mux(passing, self.i.valid, queue.r_rdy)),
+            queue.r_en.eq(self.o.ready & ~passing),
         ]
         return m
