@@ -6,7 +6,7 @@ from int8model.bounds import Bound
 
 from .divider import FloorDivider
 from .kv_cache import CacheRead
-from .product import product_stages, split_product
+from .product import nibble_products, product_stages, split_product, tree_sum
 from .requant import Requant, Rule
 
 __all__ = ["Attention"]
@@ -26,9 +26,10 @@ class Attention(wiring.Component):
 
     Three phases, all heads in parallel:
 
-    1. *Scores*: one cache row per cycle; ``d_model`` multipliers form ``q · K[j]`` per head,
-       kept in a small score memory, with each head's running maximum.
-    2. *Weights*: one row per cycle again; each head's LUT index
+    1. *Scores*: ``rows`` cache rows per cycle (a group, one row from each bank of the cache);
+       ``d_model`` multipliers per row form ``q · K[j]`` per head, kept in a small score
+       memory per bank, with each head's running maximum.
+    2. *Weights*: a group per cycle again; each head's LUT index
        ``clamp(rq(max − s_j, M_score), 0, NLUT − 1)`` reads the exp table, the weights add up to
        ``den``, and the same multipliers form ``w_j · V[j]`` into the ``num`` accumulators.
     3. *Context*: each column's ``fdiv(num, den)`` through a pipelined floor divider, then the
@@ -52,9 +53,10 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·(pos + 1) + 19`` cycles from taking the query to the first ``ci`` (with the
-    K and V rows ready), then one word per cycle.
-    Multipliers: ``d_model`` (shared by the two row phases) plus ``n_heads`` for ``M_score``.
+    Latency: ``2·ceil((pos + 1) / rows) + 19`` cycles from taking the query to the first ``ci``
+    (with the K and V rows ready), then one word per cycle.
+    Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
+    DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
 
     SCORE_LATENCY = 5   # issue → row address → K row → operands → products → head sums, written
@@ -62,9 +64,10 @@ class Attention(wiring.Component):
     # → products → num
     WEIGHT_LATENCY = 7
 
-    def __init__(self, model, bounds, *, ways=1):
+    def __init__(self, model, bounds, *, ways=1, rows=1):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
-        self.ways = ways
+        self.ways, self.rows = ways, rows
+        self.groups = -(-model.seq_len // rows)
         self.head_dim = model.head_dim
         self.exp_lut = [int(v) for v in model.exp_lut]
         self.score_rule = Rule.rq(model.requant["M_score"])
@@ -84,7 +87,7 @@ class Attention(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len)}))),
-            "cache": Out(CacheRead(self.d_model, self.seq_len)),
+            "cache": Out(CacheRead(self.d_model, self.seq_len, rows)),
             "keys_ready": In(1),
             "values_ready": In(1),
             "o": Out(stream.Signature(data.StructLayout({
@@ -96,115 +99,149 @@ class Attention(wiring.Component):
 
     @property
     def multipliers(self):
-        return self.d_model + self.n_heads + self.ways
+        """DSP multipliers: the first bank's products, M_score per head and bank, the requants'."""
+        return self.d_model + self.n_heads * self.rows + self.ways
 
     def elaborate(self, platform):
         m = Module()
-        d, heads, hd = self.d_model, self.n_heads, self.head_dim
+        d, heads, hd, rows = self.d_model, self.n_heads, self.head_dim, self.rows
+        bank_bits = rows.bit_length() - 1
         nlut = len(self.exp_lut)
         b = self.bounds
 
         q = Signal(data.ArrayLayout(signed(8), d))
         pos = Signal(range(self.seq_len))
-        row = Signal(range(self.seq_len))          # the row being issued
+        group = Signal(range(self.groups))  # the group of rows being issued
+        last_group = pos >> bank_bits
         issuing = Signal()
+        # The rows of the group that are in 0..pos (only the last group may hold fewer).
+        in_range = Signal(rows)
+        for r in range(rows):
+            m.d.comb += in_range[r].eq((group != last_group) | (r <= pos[:bank_bits] if bank_bits else 1))
 
-        # -- The shared multipliers: q·K in the score phase, w·V in the weight phase.
+        # -- The shared multipliers, one set per bank: q·K in the score phase, w·V in the
+        # weight phase. The first bank's are DSP blocks, the others' LUT logic.
         scoring = Signal()
-        operand_a = [Signal(signed(self.operand_bits), name=f"a{e}") for e in range(d)]
-        operand_b = [Signal(signed(8), name=f"b{e}") for e in range(d)]
-        products = [Signal(signed(self.product_bits), name=f"p{e}") for e in range(d)]
-        # Operands are registered: the phase select fans out to every multiplier.
-        registered_a = [Signal.like(a, name=f"ra{e}") for e, a in enumerate(operand_a)]
-        registered_b = [Signal.like(b, name=f"rb{e}") for e, b in enumerate(operand_b)]
-        for a, bb, ra, rb, p in zip(operand_a, operand_b, registered_a, registered_b, products):
-            m.d.sync += [ra.eq(a), rb.eq(bb), p.eq(ra * rb)]
+        operand_a = [[Signal(signed(self.operand_bits), name=f"a{r}_{e}") for e in range(d)] for r in range(rows)]
+        operand_b = [[Signal(signed(8), name=f"b{r}_{e}") for e in range(d)] for r in range(rows)]
+        products = [[] for _ in range(rows)]  # per bank and column: the product's terms
+        for r in range(rows):
+            for e in range(d):
+                # Operands are registered: the phase select fans out to every multiplier.
+                ra = Signal.like(operand_a[r][e], name=f"ra{r}_{e}")
+                rb = Signal.like(operand_b[r][e], name=f"rb{r}_{e}")
+                m.d.sync += [ra.eq(operand_a[r][e]), rb.eq(operand_b[r][e])]
+                if r == 0:
+                    product = Signal(signed(self.product_bits), name=f"p{r}_{e}")
+                    m.d.sync += product.eq(ra * rb)
+                    products[r].append([product])
+                else:
+                    low = Signal(signed(self.operand_bits + 5), name=f"p{r}_{e}_low")
+                    high = Signal(signed(self.operand_bits + 4), name=f"p{r}_{e}_high")
+                    low_part, high_part = nibble_products(ra, rb)
+                    m.d.sync += [low.eq(low_part), high.eq(high_part)]
+                    products[r].append([low, high << 4])
 
-        # -- Phase 1: scores.
+        # -- Phase 1: scores, a group of rows a cycle: each bank's in its own score memory.
         score_layout = data.ArrayLayout(signed(self.score_bits), heads)
-        m.submodules.scores = scores = memory.Memory(shape=score_layout, depth=self.seq_len, init=[])
-        score_write = scores.write_port()
-        # One cycle of latency; transparent, as the weight phase may read row 0 in the cycle its
-        # score is written (see SCORE_DRAIN).
-        score_read = scores.read_port(transparent_for=(score_write,))
+        score_writes, score_reads = [], []
+        for r in range(rows):
+            store = memory.Memory(shape=score_layout, depth=self.groups, init=[])
+            m.submodules[f"scores{r}"] = store
+            score_writes.append(store.write_port())
+            # One cycle of latency; transparent, as the weight phase may read group 0 in the
+            # cycle its scores are written (see SCORE_DRAIN).
+            score_reads.append(store.read_port(transparent_for=(score_writes[-1],)))
         peak = Signal(score_layout)
 
         s_valid = Signal(self.SCORE_LATENCY)
-        s_row = [Signal(range(self.seq_len), name=f"s_row{i}") for i in range(self.SCORE_LATENCY)]
+        s_group = [Signal(range(self.groups), name=f"s_group{i}") for i in range(self.SCORE_LATENCY)]
+        s_rows = [Signal(rows, name=f"s_rows{i}") for i in range(self.SCORE_LATENCY)]
         # The last scores are still on their way while the weight phase starts (see SCORE_DRAIN).
         m.d.sync += [s_valid.eq((s_valid << 1) | (issuing & scoring))]
-        m.d.sync += s_row[0].eq(row)
-        for early, late in zip(s_row, s_row[1:]):
-            m.d.sync += late.eq(early)
-        head_sums = Signal(score_layout)
-        for g in range(heads):
-            m.d.sync += head_sums[g].eq(sum(products[g * hd:(g + 1) * hd]))
-        m.d.comb += [
-            score_write.addr.eq(s_row[4]),
-            score_write.data.eq(head_sums),
-            score_write.en.eq(s_valid[4]),
-        ]
+        m.d.sync += [s_group[0].eq(group), s_rows[0].eq(in_range)]
+        for early, late in zip(s_group + s_rows, s_group[1:] + [None] + s_rows[1:]):
+            if late is not None:
+                m.d.sync += late.eq(early)
+        head_sums = [Signal(score_layout, name=f"head_sums{r}") for r in range(rows)]
+        for r in range(rows):
+            for g in range(heads):
+                m.d.sync += head_sums[r][g].eq(tree_sum([t for e in range(g * hd, (g + 1) * hd)
+                                                         for t in products[r][e]]))
+            m.d.comb += [
+                score_writes[r].addr.eq(s_group[4]),
+                score_writes[r].data.eq(head_sums[r]),
+                score_writes[r].en.eq(s_valid[4]),
+            ]
         with m.If(s_valid[4]):
             for g in range(heads):
-                with m.If((s_row[4] == 0) | (head_sums[g] > peak[g])):
-                    m.d.sync += peak[g].eq(head_sums[g])
+                # The group's maximum: the first of its rows, or a later one in range above it.
+                best = head_sums[0][g]
+                for r in range(1, rows):
+                    best = Mux(s_rows[4][r] & (head_sums[r][g] > best), head_sums[r][g], best)
+                with m.If((s_group[4] == 0) | (best > peak[g])):
+                    m.d.sync += peak[g].eq(best)
 
-        # -- Phase 2: weights, den, num.
+        # -- Phase 2: weights, den, num, a group of rows a cycle again.
         weight_latency = self.WEIGHT_LATENCY + self.gap_stages
         w_valid = Signal(weight_latency)
-        w_row = [Signal(range(self.seq_len), name=f"w_row{i}") for i in range(weight_latency)]
+        w_group = [Signal(range(self.groups), name=f"w_group{i}") for i in range(weight_latency)]
+        w_rows = [Signal(rows, name=f"w_rows{i}") for i in range(weight_latency)]
         m.d.sync += [w_valid.eq(Mux(scoring, 0, (w_valid << 1) | issuing))]
-        m.d.sync += w_row[0].eq(row)
-        for early, late in zip(w_row, w_row[1:]):
-            m.d.sync += late.eq(early)
-        m.d.comb += score_read.addr.eq(row)
-
-        gaps = Signal(data.ArrayLayout(unsigned(max(1, self.gap_bits)), heads))
-        scaled = []
-        for g in range(heads):
-            m.d.sync += gaps[g].eq(peak[g] - score_read.data[g])
-            # The multiplier's own operand register, placed beside it: with most of the
-            # part's multipliers in use, the one this product gets may be far from `gaps`.
-            operand = Signal(range(self.gap_limit + 1), name=f"gap_operand{g}")
-            m.d.sync += operand.eq(Mux(gaps[g] > self.gap_limit, self.gap_limit, gaps[g]))
-            scaled.append(split_product(m, operand, Const(self.score_rule.multiplier), 1,
-                                        b["score_gap*M_score"].bits, f"scaled{g}"))
+        m.d.sync += [w_group[0].eq(group), w_rows[0].eq(in_range)]
+        for early, late in zip(w_group + w_rows, w_group[1:] + [None] + w_rows[1:]):
+            if late is not None:
+                m.d.sync += late.eq(early)
         late = self.gap_stages  # the operand register, and a cut product's second cycle
 
         m.submodules.exp_lut = lut = memory.Memory(
             shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
-        weights = []
-        for g in range(heads):
-            index = scaled[g] >> self.score_rule.shift
-            clamped = Signal(range(nlut), name=f"lut_index{g}")
-            m.d.sync += clamped.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
-            port = lut.read_port()  # one cycle of latency: lands with the V row
-            m.d.comb += port.addr.eq(clamped)
-            weights.append(port.data)
+        weights = [[] for _ in range(rows)]
+        for r in range(rows):
+            m.d.comb += score_reads[r].addr.eq(group)
+            gaps = Signal(data.ArrayLayout(unsigned(max(1, self.gap_bits)), heads), name=f"gaps{r}")
+            for g in range(heads):
+                m.d.sync += gaps[g].eq(peak[g] - score_reads[r].data[g])
+                # The multiplier's own operand register, placed beside it: with most of the
+                # part's multipliers in use, the one this product gets may be far from `gaps`.
+                operand = Signal(range(self.gap_limit + 1), name=f"gap_operand{r}_{g}")
+                m.d.sync += operand.eq(Mux(gaps[g] > self.gap_limit, self.gap_limit, gaps[g]))
+                scaled = split_product(m, operand, Const(self.score_rule.multiplier), 1,
+                                       b["score_gap*M_score"].bits, f"scaled{r}_{g}")
+                index = scaled >> self.score_rule.shift
+                clamped = Signal(range(nlut), name=f"lut_index{r}_{g}")
+                m.d.sync += clamped.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
+                port = lut.read_port()  # one cycle of latency: lands with the V row
+                m.d.comb += port.addr.eq(clamped)
+                # A row past pos weighs nothing: it adds to neither den nor num.
+                weights[r].append(Mux(w_rows[4 + late][r], port.data, 0))
 
-        # The cache's address is registered (it reaches every block RAM of the cache): a K row
-        # arrives two cycles after its issue; the V row in step with the LUT, whose addresses
+        # The cache's address is registered (it reaches every block RAM of the cache): K rows
+        # arrive two cycles after their issue; V rows in step with the LUT, whose addresses
         # both leave in the fifth cycle.
-        m.d.sync += self.cache.row.eq(Mux(scoring, row, w_row[2 + late]))
-        for e in range(d):
-            m.d.comb += [
-                operand_a[e].eq(Mux(scoring, q[e], weights[e // hd])),
-                operand_b[e].eq(Mux(scoring, self.cache.k[e], self.cache.v[e])),
-            ]
+        m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[2 + late]))
+        for r in range(rows):
+            for e in range(d):
+                m.d.comb += [
+                    operand_a[r][e].eq(Mux(scoring, q[e], weights[r][e // hd])),
+                    operand_b[r][e].eq(Mux(scoring, self.cache.k[r][e], self.cache.v[r][e])),
+                ]
 
         den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
         num = Signal(data.ArrayLayout(signed(b["num"].bits), d))
         with m.If(~scoring & w_valid[4 + late]):
             for g in range(heads):
-                m.d.sync += den[g].eq(Mux(w_row[4 + late] == 0, 0, den[g]) + weights[g])
-        # The numerators' enable and first-row select reach every numerator: registered a
-        # stage early, and the select applied after the adder, beside it.
+                m.d.sync += den[g].eq(tree_sum([Mux(w_group[4 + late] == 0, 0, den[g])]
+                                               + [weights[r][g] for r in range(rows)]))
+        # The numerators' enable and first-group select reach every numerator: registered a
+        # stage early, and the select applied beside the adder.
         num_add = Signal()
         num_first = Signal()
-        m.d.sync += [num_add.eq(~scoring & w_valid[5 + late]), num_first.eq(w_row[5 + late] == 0)]
+        m.d.sync += [num_add.eq(~scoring & w_valid[5 + late]), num_first.eq(w_group[5 + late] == 0)]
         with m.If(num_add):
             for e in range(d):
-                m.d.sync += num[e].eq(Mux(num_first, products[e], num[e] + products[e]))
+                m.d.sync += num[e].eq(tree_sum([Mux(num_first, 0, num[e])]
+                                               + [t for r in range(rows) for t in products[r][e]]))
 
         # -- Phase 3: the context, through `ways` dividers and r_ctx requants side by side;
         # they move in step, the first carrying the word's count and end.
@@ -248,23 +285,24 @@ class Attention(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.i.ready.eq(1)
                 with m.If(self.i.valid):
-                    m.d.sync += [pos.eq(self.i.payload.pos), row.eq(0), scoring.eq(1), idle.eq(0)]
+                    m.d.sync += [pos.eq(self.i.payload.pos), group.eq(0), scoring.eq(1), idle.eq(0)]
                     m.next = "SCORE"
-            # A pass issues rows 0..pos, one a cycle, then waits for its pipeline to drain.
+            # A pass issues the groups of rows 0..pos, one a cycle, then waits for its
+            # pipeline to drain.
             for phase in ("SCORE", "WEIGHT"):
                 with m.State(phase):
-                    # The score of row pos waits for its K row.
-                    m.d.comb += issuing.eq((row != pos) | self.keys_ready if phase == "SCORE" else 1)
+                    # The scores of the group of row pos wait for its K row.
+                    m.d.comb += issuing.eq((group != last_group) | self.keys_ready if phase == "SCORE" else 1)
                     with m.If(issuing):
-                        m.d.sync += row.eq(row + 1)
-                        with m.If(row == pos):
+                        m.d.sync += group.eq(group + 1)
+                        with m.If(group == last_group):
                             m.next = f"{phase}_DRAIN"
             with m.State("SCORE_DRAIN"):
                 # The weight phase reads a row's score as it issues it, and works out its gap
                 # from the maximum a cycle later: it may start as the last score reaches the
                 # next-to-last stage, so that the maximum is complete in time for row 0.
                 with m.If((s_valid[:self.SCORE_LATENCY - 2] == 0) & self.values_ready):
-                    m.d.sync += [row.eq(0), scoring.eq(0)]
+                    m.d.sync += [group.eq(0), scoring.eq(0)]
                     m.next = "WEIGHT"
             with m.State("WEIGHT_DRAIN"):
                 # The numerators are complete a cycle after the last row leaves the pipeline's

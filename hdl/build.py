@@ -33,21 +33,23 @@ class FitError(ValueError):
     pass
 
 
-def estimate(model, lanes, ways, lut_ways=0):
+def estimate(model, lanes, ways, lut_ways=0, attention_rows=None):
     """What the engine needs of a part, estimated before elaboration.
 
     Block RAM: every memory rounded up to whole 18 kbit blocks as Yosys maps them (an upper
     bound: small ones go to LUT RAM). Multipliers: ``ways − lut_ways`` per MAC lane, one per
-    attention column, two per head, one per requant stage (two per epilogue) for the wide
-    constant products.
+    attention column (of the first cache bank; the others' are LUTs), two per head and bank,
+    one per requant stage (two per epilogue) for the wide constant products.
     """
+    from .engine import DEFAULT_ATTENTION_ROWS
+    rows = attention_rows or DEFAULT_ATTENTION_ROWS
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
     groups = lambda cols: -(-cols // lanes)
     steps = lambda rows: -(-rows // ways)
     weight_words = steps(d) * (groups(3 * d) + groups(d) + groups(dff) + groups(vocab)) + steps(dff) * groups(d)
     memories = {
         "weights": (weight_words, 8 * lanes * ways),
-        "kv_cache": (seq_len, 16 * d),
+        **{f"kv_cache{bank}_{name}": (-(-seq_len // rows), 8 * d) for bank in range(rows) for name in "kv"},
         "embeddings": (vocab * d + seq_len * d, 24),
         "scores": (seq_len, 24 * model.n_heads),
     }
@@ -59,7 +61,7 @@ def estimate(model, lanes, ways, lut_ways=0):
                 break
         blocks += -(-width // block_width) * -(-depth // block_depth)
     bits = sum(depth * width for depth, width in memories.values())
-    multipliers = lanes * (ways - lut_ways) + d + 2 * model.n_heads + 1 + 2 * ways
+    multipliers = lanes * (ways - lut_ways) + d + 2 * model.n_heads * rows + 1 + 2 * ways
     return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers}
 
 

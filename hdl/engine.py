@@ -14,7 +14,7 @@ from .fifo import RegisterSlice, StreamFIFO
 from .kv_cache import KVCache
 from .matvec import MatVec
 
-__all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "lanes_for", "command_layout", "status_layout"]
+__all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "lanes_for", "command_layout", "status_layout"]
 
 
 class Op(enum.IntEnum):
@@ -28,6 +28,11 @@ class Op(enum.IntEnum):
 # lanes take 96 DSP multipliers and 32 in LUTs (one way), beside attention's 32 and the
 # epilogues' (see hdl.build.choose_ways).
 DEFAULT_WAYS = 4
+
+
+# Cache rows a cycle in the attention's two row phases: the first bank's products in DSP
+# blocks, the second's in LUTs.
+DEFAULT_ATTENTION_ROWS = 2
 
 
 def lanes_for(model, ways):
@@ -72,8 +77,9 @@ class Engine(wiring.Component):
     it is still leaving the previous one. Vectors move ``ways`` elements a cycle, as words:
     ``ways`` epilogues work side by side, element k of every word on epilogue k. Of each MAC
     lane's ``ways`` multipliers, the last ``lut_ways`` are built from LUTs (for a part with too
-    few DSP blocks); the results and the timing are the same. All shapes, weights and tables
-    come from the model.
+    few DSP blocks); the results and the timing are the same. Attention reads
+    ``attention_rows`` cache rows a cycle, from as many banks of the cache. All shapes, weights
+    and tables come from the model.
 
     Ports
     -----
@@ -92,10 +98,10 @@ class Engine(wiring.Component):
     A rejected command changes nothing but the error code: the cache and position stay.
     """
 
-    def __init__(self, model, *, lanes=None, ways=DEFAULT_WAYS, lut_ways=0):
+    def __init__(self, model, *, lanes=None, ways=DEFAULT_WAYS, lut_ways=0, attention_rows=DEFAULT_ATTENTION_ROWS):
         self.model = model
         self.bounds = analyse(model)
-        self.ways, self.lut_ways = ways, lut_ways
+        self.ways, self.lut_ways, self.attention_rows = ways, lut_ways, attention_rows
         d = model.d_model
         self.lanes = lanes or lanes_for(model, ways)
         b = self.bounds
@@ -105,8 +111,8 @@ class Engine(wiring.Component):
         self.matvec = MatVec(
             [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
             self.lanes, ways=ways, lut_ways=lut_ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
-        self.attention = Attention(model, b, ways=ways)
-        self.cache = KVCache(d, model.seq_len)
+        self.attention = Attention(model, b, ways=ways, rows=attention_rows)
+        self.cache = KVCache(d, model.seq_len, banks=attention_rows)
         self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=ways)
         # A whole vector fits in the lanes' input queue: while the lanes still replay one
         # matrix's groups, the first results already flow into the next matrix's input.

@@ -5,12 +5,19 @@ from amaranth.lib.wiring import In, Out
 __all__ = ["CacheRead", "KVCache"]
 
 
-class CacheRead(wiring.Signature):
-    """A read of one cache position: ``row`` in, both rows out one cycle later (seen from the reader)."""
+def check_banks(banks):
+    if banks < 1 or banks & (banks - 1):
+        raise ValueError(f"{banks} banks: the cache takes a power of two")
 
-    def __init__(self, d_model, seq_len):
-        row = data.ArrayLayout(signed(8), d_model)
-        super().__init__({"row": Out(range(seq_len)), "k": In(row), "v": In(row)})
+
+class CacheRead(wiring.Signature):
+    """A read of one group of ``banks`` consecutive cache positions: ``group`` in, the rows
+    ``group · banks + b`` out, bank by bank, one cycle later (seen from the reader)."""
+
+    def __init__(self, d_model, seq_len, banks=1):
+        check_banks(banks)
+        rows = data.ArrayLayout(data.ArrayLayout(signed(8), d_model), banks)
+        super().__init__({"group": Out(range(-(-seq_len // banks))), "k": In(rows), "v": In(rows)})
 
 
 class KVCache(wiring.Component):
@@ -20,20 +27,24 @@ class KVCache(wiring.Component):
     0..pos. Positions past ``pos`` are never read, so rows of an earlier sequence are never seen
     and nothing needs clearing between sequences.
 
+    The rows are spread over ``banks`` memories (position ``p`` in bank ``p mod banks``), so
+    that a read returns ``banks`` consecutive rows at once.
+
     Ports
     -----
     write : ``In(stream.Signature(StructLayout({"pos", "k", "v"})))``
         Always ready: a row is written the cycle it is offered.
-    read : ``In(CacheRead(d_model, seq_len))``
+    read : ``In(CacheRead(d_model, seq_len, banks))``
         One cycle of latency.
     """
 
-    def __init__(self, d_model, seq_len):
-        self.d_model, self.seq_len = d_model, seq_len
+    def __init__(self, d_model, seq_len, *, banks=1):
+        check_banks(banks)
+        self.d_model, self.seq_len, self.banks = d_model, seq_len, banks
         row = data.ArrayLayout(signed(8), d_model)
         super().__init__({
             "write": In(stream.Signature(data.StructLayout({"pos": range(seq_len), "k": row, "v": row}))),
-            "read": In(CacheRead(d_model, seq_len)),
+            "read": In(CacheRead(d_model, seq_len, banks)),
         })
 
     @property
@@ -43,19 +54,22 @@ class KVCache(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.d.comb += self.write.ready.eq(1)
-        for name in ("k", "v"):
-            # Block RAM even where the rows are few: in distributed RAM, the read address
-            # would fan out to every bit of the cache.
-            store = memory.Memory(shape=unsigned(8 * self.d_model), depth=self.seq_len, init=[],
-                                  attrs={"ram_style": "block"})
-            m.submodules[name] = store
-            writer = store.write_port()
-            reader = store.read_port()  # one cycle of latency
-            m.d.comb += [
-                writer.addr.eq(self.write.payload.pos),
-                writer.data.eq(getattr(self.write.payload, name)),
-                writer.en.eq(self.write.valid),
-                reader.addr.eq(self.read.row),
-                getattr(self.read, name).eq(reader.data),
-            ]
+        bank_bits = self.banks.bit_length() - 1
+        pos = self.write.payload.pos
+        for bank in range(self.banks):
+            for name in ("k", "v"):
+                # Block RAM even where the rows are few: in distributed RAM, the read address
+                # would fan out to every bit of the cache.
+                store = memory.Memory(shape=unsigned(8 * self.d_model), depth=-(-self.seq_len // self.banks),
+                                      init=[], attrs={"ram_style": "block"})
+                m.submodules[f"{name}{bank}"] = store
+                writer = store.write_port()
+                reader = store.read_port()  # one cycle of latency
+                m.d.comb += [
+                    writer.addr.eq(pos >> bank_bits),
+                    writer.data.eq(getattr(self.write.payload, name)),
+                    writer.en.eq(self.write.valid & (pos[:bank_bits] == bank if bank_bits else 1)),
+                    reader.addr.eq(self.read.group),
+                    getattr(self.read, name)[bank].eq(reader.data),
+                ]
         return m

@@ -7,7 +7,7 @@ from int8model.bounds import Bound, matvec_bound
 
 from .fifo import SkidBuffer
 from .fanout import global_net, replicas
-from .product import nibble_products
+from .product import nibble_products, tree_sum
 
 __all__ = ["MatVec"]
 
@@ -289,11 +289,6 @@ class MatVec(wiring.Component):
             load.eq(next_finishing & next_out_free),
             first.eq(Mux(advance, operands.first, multiplied.first)),
         ]
-
-        def tree_sum(values):
-            while len(values) > 1:
-                values = [a + b for a, b in zip(values[0::2], values[1::2])] + values[len(values) & ~1:]
-            return values[0]
 
         accumulating = global_net(m, platform, accumulate, "lanes_accumulate")
         loading = global_net(m, platform, load, "lanes_load")

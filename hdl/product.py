@@ -8,7 +8,7 @@ in the next cycle.
 
 from amaranth.hdl import Mux, Signal, signed
 
-__all__ = ["MULTIPLIER_BITS", "product_stages", "split_product", "nibble_products"]
+__all__ = ["MULTIPLIER_BITS", "product_stages", "split_product", "nibble_products", "tree_sum"]
 
 MULTIPLIER_BITS = 18
 LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
@@ -59,3 +59,11 @@ def nibble_products(a, b):
             terms[3] = -terms[3]  # the sign bit weighs −2^3
         return (terms[0] + terms[1]) + (terms[2] + terms[3])
     return by_nibble(b[0:4], False), by_nibble(b[4:8], True)
+
+
+def tree_sum(terms):
+    """The sum of ``terms`` as a balanced tree of adds: few carry chains in series."""
+    terms = list(terms)
+    while len(terms) > 1:
+        terms = [a + b for a, b in zip(terms[0::2], terms[1::2])] + terms[len(terms) & ~1:]
+    return terms[0]

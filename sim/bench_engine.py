@@ -175,7 +175,8 @@ async def check_generation(tb, model, prompt, count):
 async def generations_match_golden(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0))
+    engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0),
+                    attention_rows=params.get("attention_rows", 2))
     rng = random.Random(params["seed"])
     await start(dut)
     tb = TB(dut, engine, rng)
@@ -193,7 +194,8 @@ async def generations_match_golden(dut):
 async def bad_input_is_reported_and_harmless(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0))
+    engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0),
+                    attention_rows=params.get("attention_rows", 2))
     await start(dut)
     tb = TB(dut, engine, random.Random(1))
     cocotb.start_soon(tb.observer.run())

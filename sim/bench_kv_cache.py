@@ -16,9 +16,9 @@ from .streams import StreamSource
 @cocotb.test()
 async def cache_reads_back_rows(dut):
     params = bench_params()
-    unit = KVCache(params["d_model"], params["seq_len"])
+    unit = KVCache(params["d_model"], params["seq_len"], banks=params.get("banks", 1))
     rng = random.Random(params["seed"])
-    row_shape = unit.read.k.shape()
+    rows_shape = unit.read.k.shape()
     await start(dut)
     writer = StreamSource(dut, "write", unit.write.payload.shape(), dut.clk)
     shadow = {}
@@ -31,9 +31,11 @@ async def cache_reads_back_rows(dut):
             shadow[pos] = (k, v)
         await writer.send(writes)
         for pos in rng.sample(sorted(shadow), len(shadow)):
-            dut.read__row.value = pos
+            # The group of the position, and the position's bank in it.
+            dut.read__group.value = pos // unit.banks
             await RisingEdge(dut.clk)  # one cycle of latency
             await ReadOnly()
-            got = (unpack(row_shape, int(dut.read__k.value)), unpack(row_shape, int(dut.read__v.value)))
+            bank = pos % unit.banks
+            got = (unpack(rows_shape, int(dut.read__k.value))[bank], unpack(rows_shape, int(dut.read__v.value))[bank])
             assert got == shadow[pos], f"round {round_}, position {pos}"
             await RisingEdge(dut.clk)

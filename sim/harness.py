@@ -13,9 +13,9 @@ __all__ = ["AttentionWithCache"]
 class AttentionWithCache(wiring.Component):
     """The attention unit reading a KV cache whose write port, and row ``pos``'s readiness, the bench drives."""
 
-    def __init__(self, model, bounds, *, ways=1):
-        self.attention = Attention(model, bounds, ways=ways)
-        self.cache = KVCache(model.d_model, model.seq_len)
+    def __init__(self, model, bounds, *, ways=1, rows=1):
+        self.attention = Attention(model, bounds, ways=ways, rows=rows)
+        self.cache = KVCache(model.d_model, model.seq_len, banks=rows)
         super().__init__({
             "write": In(self.cache.write.signature.flip()),
             "i": In(self.attention.i.signature.flip()),

@@ -8,9 +8,9 @@ from sim.harness import AttentionWithCache
 from sim.runner import run_bench
 
 
-def run(name, model, seed, count=60, stall=0.3, ways=1):
-    params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall, "ways": ways}
-    run_bench(AttentionWithCache(model, analyse(model), ways=ways), name=name,
+def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1):
+    params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall, "ways": ways, "rows": rows}
+    run_bench(AttentionWithCache(model, analyse(model), ways=ways, rows=rows), name=name,
               test_module="sim.bench_attention", params=params)
 
 
@@ -18,6 +18,15 @@ def run(name, model, seed, count=60, stall=0.3, ways=1):
 def test_random_models(shape):
     rng = np.random.default_rng(sum(shape))
     run("attention_{}_{}_{}_{}_{}".format(*shape), random_model(rng, *shape), seed=sum(shape))
+
+
+@pytest.mark.parametrize("shape, rows", [((8, 1, 8, 8, 8), 2), ((32, 4, 32, 32, 32), 2), ((24, 3, 8, 8, 5), 2),
+                                         ((16, 4, 16, 16, 12), 4)])
+def test_rows_a_cycle(shape, rows):
+    """Groups of rows from a banked cache, the last group part past pos."""
+    rng = np.random.default_rng(sum(shape) + 10 * rows)
+    run("attention_rows{}_{}_{}_{}_{}_{}".format(rows, *shape), random_model(rng, *shape), seed=rows,
+        rows=rows, ways=2)
 
 
 @pytest.mark.parametrize("shape, ways", [((32, 4, 32, 32, 32), 3), ((24, 3, 8, 8, 5), 2), ((8, 2, 8, 8, 8), 3)])

@@ -11,11 +11,11 @@ from sim.runner import run_bench
 SHIPPED = "models/zen32.json"
 
 
-def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3, lut_ways=0):
+def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3, lut_ways=0, attention_rows=2):
     params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
-              "report": report, "ways": ways, "lut_ways": lut_ways}
-    run_bench(Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways), name=name, test_module="sim.bench_engine",
-              params=params, testcase=testcase)
+              "report": report, "ways": ways, "lut_ways": lut_ways, "attention_rows": attention_rows}
+    run_bench(Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, attention_rows=attention_rows), name=name,
+              test_module="sim.bench_engine", params=params, testcase=testcase)
 
 
 def test_shipped_model():
@@ -31,9 +31,10 @@ def test_shipped_model_three_ways():
 
 
 def test_shipped_model_one_element_a_cycle():
-    """The smallest datapath: one element a cycle between the units."""
+    """The smallest datapath: one element a cycle between the units, one cache row a cycle."""
     model = load(SHIPPED)
-    run("engine_shipped_one_way", model, 32, [[17, 9]], testcase="generations_match_golden", ways=1)
+    run("engine_shipped_one_way", model, 32, [[17, 9]], testcase="generations_match_golden", ways=1,
+        attention_rows=1)
 
 
 def test_bad_input():

@@ -15,11 +15,17 @@ def test_argmax(bits, length, ways):
               test_module="sim.bench_argmax", params=params)
 
 
-@pytest.mark.parametrize("d_model, seq_len", [(8, 8), (32, 32), (64, 5)])
-def test_kv_cache(d_model, seq_len):
-    params = {"d_model": d_model, "seq_len": seq_len, "seed": seq_len, "rounds": 4}
-    run_bench(KVCache(d_model, seq_len), name=f"kv_cache_{d_model}_{seq_len}",
+@pytest.mark.parametrize("d_model, seq_len, banks", [(8, 8, 1), (32, 32, 1), (64, 5, 1), (32, 32, 2), (8, 7, 2),
+                                                      (16, 9, 4)])
+def test_kv_cache(d_model, seq_len, banks):
+    params = {"d_model": d_model, "seq_len": seq_len, "seed": seq_len, "rounds": 4, "banks": banks}
+    run_bench(KVCache(d_model, seq_len, banks=banks), name=f"kv_cache_{d_model}_{seq_len}_{banks}",
               test_module="sim.bench_kv_cache", params=params)
+
+
+def test_kv_cache_banks_are_a_power_of_two():
+    with pytest.raises(ValueError, match="3 banks"):
+        KVCache(8, 8, banks=3)
 
 
 @pytest.mark.parametrize("divisor", [4, 15, 33])
