@@ -42,13 +42,13 @@ class Attention(wiring.Component):
     -----
     i : ``In(stream.Signature(StructLayout({"q": ArrayLayout(signed(8), d_model), "pos"})))``
         The query and its position; the cache rows 0..pos−1 must already be written.
-    cache : ``Out(CacheRead(d_model, seq_len))``
+    cache : ``Out(CacheRead(d_model, seq_len, rows))``
     keys_ready : ``In(1)``
-        The K row at ``pos`` is written: the score phase waits for it before its last row, so
-        that it can score the rows already cached while K is still being computed.
+        The K row at ``pos`` is written: the score phase waits for it before the group of row
+        ``pos``, so that it can score the rows already cached while K is still being computed.
     values_ready : ``In(1)``
-        The V row at ``pos`` is written: the weight phase waits for it, so that the score
-        phase can run while V is still being computed.
+        The V row at ``pos`` is written: the weight phase waits for it likewise, so that it
+        can weigh the rows already cached while V is still being computed.
     o : ``Out(stream.Signature(StructLayout({"values", "count", "last"})))``
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
@@ -291,8 +291,9 @@ class Attention(wiring.Component):
             # pipeline to drain.
             for phase in ("SCORE", "WEIGHT"):
                 with m.State(phase):
-                    # The scores of the group of row pos wait for its K row.
-                    m.d.comb += issuing.eq((group != last_group) | self.keys_ready if phase == "SCORE" else 1)
+                    # The group of row pos waits for its K row (scores) or V row (weights).
+                    ready = self.keys_ready if phase == "SCORE" else self.values_ready
+                    m.d.comb += issuing.eq((group != last_group) | ready)
                     with m.If(issuing):
                         m.d.sync += group.eq(group + 1)
                         with m.If(group == last_group):
@@ -301,7 +302,7 @@ class Attention(wiring.Component):
                 # The weight phase reads a row's score as it issues it, and works out its gap
                 # from the maximum a cycle later: it may start as the last score reaches the
                 # next-to-last stage, so that the maximum is complete in time for row 0.
-                with m.If((s_valid[:self.SCORE_LATENCY - 2] == 0) & self.values_ready):
+                with m.If(s_valid[:self.SCORE_LATENCY - 2] == 0):
                     m.d.sync += [group.eq(0), scoring.eq(0)]
                     m.next = "WEIGHT"
             with m.State("WEIGHT_DRAIN"):
