@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from hdl.engine import DEFAULT_WAYS, Engine, lanes_for
+from hdl.engine import DEFAULT_ATTENTION_ROWS, DEFAULT_WAYS, Engine, lanes_for
 from int8model.format import load
 
 from .runner import BUILD_ROOT, run_bench
@@ -26,9 +26,10 @@ def macs_per_token(model, pos):
     return matrices, attention
 
 
-def multipliers(model, lanes, ways):
-    """The engine's MAC multipliers: its lanes' (``ways`` each), and the attention unit's."""
-    return lanes * ways + model.d_model
+def multipliers(model, lanes, ways, attention_rows=DEFAULT_ATTENTION_ROWS):
+    """The engine's MAC multipliers: its lanes' (``ways`` each), and the attention unit's
+    (``d_model`` for each cache row it reads a cycle)."""
+    return lanes * ways + model.d_model * attention_rows
 
 
 def mean_macs(model):
