@@ -41,7 +41,7 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None):
     attention column (of the first cache bank; the others' are LUTs), two per head and bank,
     one per requant stage (two per epilogue) for the wide constant products.
     """
-    from .engine import DEFAULT_ATTENTION_ROWS
+    from .engine import DEFAULT_ATTENTION_ROWS, XI_TABLE_BYTES, xi_table_depth
     rows = attention_rows or DEFAULT_ATTENTION_ROWS
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
     groups = lambda cols: -(-cols // lanes)
@@ -53,10 +53,12 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None):
         "embeddings": (vocab * d + seq_len * d, 24),
         "scores": (seq_len, 24 * model.n_heads),
     }
+    if xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES:
+        memories["xi_table"] = (xi_table_depth(model, ways), 8 * ways)
     blocks = 0
     for depth, width in memories.values():
-        # A DP16KD is 512 deep at 36 bits, 1024 at 18, 2048 at 9, 4096 at 4, 16384 at 1.
-        for block_depth, block_width in ((512, 36), (1024, 18), (2048, 9), (4096, 4), (16384, 1)):
+        # A DP16KD is 512 deep at 36 bits, 1024 at 18, 2048 at 9, 4096 at 4, 8192 at 2, 16384 at 1.
+        for block_depth, block_width in ((512, 36), (1024, 18), (2048, 9), (4096, 4), (8192, 2), (16384, 1)):
             if depth <= block_depth:
                 break
         blocks += -(-width // block_width) * -(-depth // block_depth)

@@ -1,7 +1,7 @@
 import enum
 
 import numpy as np
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,7 +14,8 @@ from .fifo import RegisterSlice, StreamFIFO
 from .kv_cache import KVCache
 from .matvec import MatVec
 
-__all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "lanes_for", "command_layout", "status_layout"]
+__all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "XI_TABLE_BYTES", "xi_table_depth",
+           "lanes_for", "command_layout", "status_layout"]
 
 
 class Op(enum.IntEnum):
@@ -33,6 +34,19 @@ DEFAULT_WAYS = 4
 # Cache rows a cycle in the attention's two row phases: the first bank's products in DSP
 # blocks, the second's in LUTs.
 DEFAULT_ATTENTION_ROWS = 2
+
+
+# A table of xi = to8(EinA[tok] + PinA[pos], r_qkv) for every token and position, when it
+# takes at most this many bytes: a step's first product then starts from it, without waiting
+# for x to pass through the epilogue (which still stores x for the residual).
+XI_TABLE_BYTES = 64 * 1024
+
+
+def xi_table_depth(model, ways):
+    """Words of the xi table: a power-of-two stride per position and per token, so that its
+    address is a concatenation of token, position and word."""
+    words = -(-model.d_model // ways)
+    return model.vocab << ((model.seq_len - 1).bit_length() + (words - 1).bit_length())
 
 
 def lanes_for(model, ways):
@@ -78,8 +92,10 @@ class Engine(wiring.Component):
     ``ways`` epilogues work side by side, element k of every word on epilogue k. Of each MAC
     lane's ``ways`` multipliers, the last ``lut_ways`` are built from LUTs (for a part with too
     few DSP blocks); the results and the timing are the same. Attention reads
-    ``attention_rows`` cache rows a cycle, from as many banks of the cache. All shapes, weights
-    and tables come from the model.
+    ``attention_rows`` cache rows a cycle, from as many banks of the cache. Where a table of
+    ``xi`` for every token and position is small (``XI_TABLE_BYTES``), the first product reads
+    its input from it, while ``x`` passes through the epilogue only to be stored. All shapes,
+    weights and tables come from the model.
 
     Ports
     -----
@@ -102,6 +118,7 @@ class Engine(wiring.Component):
         self.model = model
         self.bounds = analyse(model)
         self.ways, self.lut_ways, self.attention_rows = ways, lut_ways, attention_rows
+        self.xi_table = xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES
         d = model.d_model
         self.lanes = lanes or lanes_for(model, ways)
         b = self.bounds
@@ -199,6 +216,44 @@ class Engine(wiring.Component):
             with m.If(embed_word < words):
                 m.d.sync += [embed_word.eq(embed_word + 1), embed_word_column.eq(embed_word_column + ways)]
 
+        # -- xi straight from its table (where it fits), a word a cycle into the lanes, beside
+        # x on its way to the residual.
+        xi_feeding = Signal()   # words of xi are still to be read
+        xi_out_valid = Signal()
+        xi_token = Signal(range(vocab))
+        xi_word = Signal(range(words + 1))
+        xi_fetched = Signal()
+        xi_data = Signal(data.ArrayLayout(signed(8), ways))
+        xi_advance = Signal()
+        if self.xi_table:
+            r_qkv = model.requant["r_qkv"]
+            pos_bits, word_bits = (seq_len - 1).bit_length(), (row_words - 1).bit_length()
+            init = []
+            for tok in range(vocab):
+                for p in range(1 << pos_bits):
+                    row = [0] * (row_words * ways)
+                    if p < seq_len:
+                        for e in range(d):
+                            x = int(model.embed[tok][e]) + int(model.positions[p][e])
+                            row[e] = min(max((x * r_qkv[0]) >> r_qkv[1], -128), 127)
+                    init += [row[at:at + ways] for at in range(0, len(row), ways)]
+            m.submodules.xi_table = xi_rom = memory.Memory(
+                shape=data.ArrayLayout(signed(8), ways), depth=len(init), init=init)
+            xi_read = xi_rom.read_port()  # one cycle of latency
+            m.d.comb += [
+                xi_out_valid.eq(xi_feeding & xi_fetched),
+                xi_advance.eq(~xi_out_valid | feed.i.ready),
+                xi_read.en.eq(xi_advance),
+                xi_read.addr.eq(Cat(xi_word[:word_bits], position_base[word_bits:word_bits + pos_bits], xi_token)),
+                xi_data.eq(xi_read.data),
+            ]
+            with m.If(xi_feeding & xi_advance):
+                m.d.sync += xi_fetched.eq(xi_word < words)
+                with m.If(xi_word < words):
+                    m.d.sync += xi_word.eq(xi_word + 1)
+                with m.Else():
+                    m.d.sync += xi_feeding.eq(0)
+
         # -- Routing between the units. At any time at most one source of each shared input
         # is active: the sequence of a step guarantees it, the priorities below only document it.
         # A word's element k is column `column + k`; an element past its vector only fills the
@@ -243,7 +298,10 @@ class Engine(wiring.Component):
         ]
 
         stage = epilogues[0].o.payload.select
+        # Taken by the collectors below (q, k, v), or, with the xi table, dropped (EMBED).
         collected = (stage == Stage.Q) | (stage == Stage.K) | (stage == Stage.V)
+        if self.xi_table:
+            collected |= stage == Stage.EMBED
         next_matrix = Array([Const(Matrix.QKV), 0, 0, 0, Const(Matrix.W1), Const(Matrix.W2), Const(Matrix.HEAD)])
         with m.If(attention.o.valid):
             m.d.comb += [
@@ -252,6 +310,12 @@ class Engine(wiring.Component):
             ]
             for k in range(ways):
                 m.d.comb += feed.i.payload.values[k].eq(attention.o.payload.values[k])
+        with m.Elif(xi_out_valid):
+            m.d.comb += [
+                feed.i.valid.eq(1),
+                feed.i.payload.matrix.eq(Matrix.QKV),
+                feed.i.payload.values.eq(xi_data),
+            ]
         with m.Else():
             m.d.comb += [
                 feed.i.valid.eq(epilogues[0].o.valid & ~collected),
@@ -261,7 +325,7 @@ class Engine(wiring.Component):
                 m.d.comb += feed.i.payload.values[k].eq(epilogue.o.payload.value)
         m.d.comb += attention.o.ready.eq(feed.i.ready)
         for epilogue in epilogues:
-            m.d.comb += epilogue.o.ready.eq(collected | (feed.i.ready & ~attention.o.valid))
+            m.d.comb += epilogue.o.ready.eq(collected | (feed.i.ready & ~attention.o.valid & ~xi_out_valid))
 
         # -- q, k and v, collected column by column for the cache and the attention unit.
         q = Signal(data.ArrayLayout(signed(8), d))
@@ -339,6 +403,7 @@ class Engine(wiring.Component):
         def start_step(tok, prefill=False):
             m.d.sync += [
                 token_base.eq(tok * row_words), embedding.eq(1), embed_word.eq(0), embed_word_column.eq(0),
+                xi_token.eq(tok), xi_feeding.eq(self.xi_table), xi_word.eq(0), xi_fetched.eq(0),
                 embed_fetched.eq(0), cycles.eq(1), keys_ready.eq(0), values_ready.eq(0),
                 have_q.eq(0), have_k.eq(0), have_v.eq(0), prefilling.eq(prefill),
             ]
