@@ -53,16 +53,16 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 19`` cycles from taking the query to the first ``ci``
+    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles from taking the query to the first ``ci``
     (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
 
     SCORE_LATENCY = 5   # issue → row address → K row → operands → products → head sums, written
-    # issue → gap → operand → × M_score (two cycles when cut) → index → LUT/V read → operands
+    # issue → gap operand → × M_score (two cycles when cut) → index → LUT/V read → operands
     # → products → num
-    WEIGHT_LATENCY = 7
+    WEIGHT_LATENCY = 6
 
     def __init__(self, model, bounds, *, ways=1, rows=1):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
@@ -160,9 +160,9 @@ class Attention(wiring.Component):
         # The last scores are still on their way while the weight phase starts (see SCORE_DRAIN).
         m.d.sync += [s_valid.eq((s_valid << 1) | (issuing & scoring))]
         m.d.sync += [s_group[0].eq(group), s_rows[0].eq(in_range)]
-        for early, late in zip(s_group + s_rows, s_group[1:] + [None] + s_rows[1:]):
-            if late is not None:
-                m.d.sync += late.eq(early)
+        for early, later in zip(s_group + s_rows, s_group[1:] + [None] + s_rows[1:]):
+            if later is not None:
+                m.d.sync += later.eq(early)
         head_sums = [Signal(score_layout, name=f"head_sums{r}") for r in range(rows)]
         for r in range(rows):
             for g in range(heads):
@@ -189,23 +189,24 @@ class Attention(wiring.Component):
         w_rows = [Signal(rows, name=f"w_rows{i}") for i in range(weight_latency)]
         m.d.sync += [w_valid.eq(Mux(scoring, 0, (w_valid << 1) | issuing))]
         m.d.sync += [w_group[0].eq(group), w_rows[0].eq(in_range)]
-        for early, late in zip(w_group + w_rows, w_group[1:] + [None] + w_rows[1:]):
-            if late is not None:
-                m.d.sync += late.eq(early)
-        late = self.gap_stages  # the operand register, and a cut product's second cycle
+        for early, later in zip(w_group + w_rows, w_group[1:] + [None] + w_rows[1:]):
+            if later is not None:
+                m.d.sync += later.eq(early)
+        # The stage in which the exp table's entries (and the V rows) arrive: after the score
+        # read, the gap operand, the product (two cycles when cut) and the index.
+        lut_stage = 3 + self.gap_stages
 
         m.submodules.exp_lut = lut = memory.Memory(
             shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
         weights = [[] for _ in range(rows)]
         for r in range(rows):
             m.d.comb += score_reads[r].addr.eq(group)
-            gaps = Signal(data.ArrayLayout(unsigned(max(1, self.gap_bits)), heads), name=f"gaps{r}")
             for g in range(heads):
-                m.d.sync += gaps[g].eq(peak[g] - score_reads[r].data[g])
-                # The multiplier's own operand register, placed beside it: with most of the
-                # part's multipliers in use, the one this product gets may be far from `gaps`.
+                # The gap from the maximum, clamped, into the multiplier's operand register.
+                gap = Signal(unsigned(max(1, self.gap_bits)), name=f"gap{r}_{g}")
+                m.d.comb += gap.eq(peak[g] - score_reads[r].data[g])
                 operand = Signal(range(self.gap_limit + 1), name=f"gap_operand{r}_{g}")
-                m.d.sync += operand.eq(Mux(gaps[g] > self.gap_limit, self.gap_limit, gaps[g]))
+                m.d.sync += operand.eq(Mux(gap > self.gap_limit, self.gap_limit, gap))
                 scaled = split_product(m, operand, Const(self.score_rule.multiplier), 1,
                                        b["score_gap*M_score"].bits, f"scaled{r}_{g}")
                 index = scaled >> self.score_rule.shift
@@ -214,12 +215,12 @@ class Attention(wiring.Component):
                 port = lut.read_port()  # one cycle of latency: lands with the V row
                 m.d.comb += port.addr.eq(clamped)
                 # A row past pos weighs nothing: it adds to neither den nor num.
-                weights[r].append(Mux(w_rows[4 + late][r], port.data, 0))
+                weights[r].append(Mux(w_rows[lut_stage][r], port.data, 0))
 
         # The cache's address is registered (it reaches every block RAM of the cache): K rows
         # arrive two cycles after their issue; V rows in step with the LUT, whose addresses
         # both leave in the fifth cycle.
-        m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[2 + late]))
+        m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[lut_stage - 2]))
         for r in range(rows):
             for e in range(d):
                 m.d.comb += [
@@ -229,15 +230,15 @@ class Attention(wiring.Component):
 
         den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
         num = Signal(data.ArrayLayout(signed(b["num"].bits), d))
-        with m.If(~scoring & w_valid[4 + late]):
+        with m.If(~scoring & w_valid[lut_stage]):
             for g in range(heads):
-                m.d.sync += den[g].eq(tree_sum([Mux(w_group[4 + late] == 0, 0, den[g])]
+                m.d.sync += den[g].eq(tree_sum([Mux(w_group[lut_stage] == 0, 0, den[g])]
                                                + [weights[r][g] for r in range(rows)]))
         # The numerators' enable and first-group select reach every numerator: registered a
         # stage early, and the select applied beside the adder.
         num_add = Signal()
         num_first = Signal()
-        m.d.sync += [num_add.eq(~scoring & w_valid[5 + late]), num_first.eq(w_group[5 + late] == 0)]
+        m.d.sync += [num_add.eq(~scoring & w_valid[lut_stage + 1]), num_first.eq(w_group[lut_stage + 1] == 0)]
         with m.If(num_add):
             for e in range(d):
                 m.d.sync += num[e].eq(tree_sum([Mux(num_first, 0, num[e])]

