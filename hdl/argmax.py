@@ -25,7 +25,7 @@ class ArgMax(wiring.Component):
     o : ``Out(stream.Signature(range(length)))``
         The index of the run's first maximum.
 
-    Throughput one word per cycle; the index is valid four cycles after the last word.
+    Throughput one word per cycle; the index is valid three cycles after the last word.
     """
 
     def __init__(self, value_bits, length, *, ways=1):
@@ -43,21 +43,15 @@ class ArgMax(wiring.Component):
         m = Module()
         ways = self.ways
 
-        # Stage 0: the word, registered (it arrives from far, and is compared at once).
-        word = Signal.like(self.i.payload)
-        word_in = Signal()
+        # Stage 1: every pair of the word compared as it arrives: pairs[j, k] is "value k > value j".
+        word = self.i.payload
+        values = word.values
         taken = self.i.valid & self.i.ready
-        m.d.sync += word_in.eq(taken)
-        with m.If(taken):
-            m.d.sync += word.eq(self.i.payload)
-        values, count = word.values, word.count
-
-        # Stage 1: every pair of the word compared at once: pairs[j, k] is "value k > value j".
         pairs = {(j, k): Signal(name=f"greater_{k}_{j}") for j in range(ways) for k in range(j + 1, ways)}
         compared = Signal.like(word)
         compared_in = Signal()
-        m.d.sync += compared_in.eq(word_in)
-        with m.If(word_in):
+        m.d.sync += compared_in.eq(taken)
+        with m.If(taken):
             m.d.sync += compared.eq(word)
             m.d.sync += [bit.eq(values[k] > values[j]) for (j, k), bit in pairs.items()]
 
@@ -88,8 +82,7 @@ class ArgMax(wiring.Component):
         run_best = Signal(signed(self.value_bits))
         run_index = Signal(range(self.length))
         # One run at a time: its last word goes through before the next run starts.
-        m.d.comb += self.i.ready.eq(~self.o.valid & ~word_last & ~(compared_in & compared.last)
-                                    & ~(word_in & word.last))
+        m.d.comb += self.i.ready.eq(~self.o.valid & ~word_last & ~(compared_in & compared.last))
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(word_valid):
