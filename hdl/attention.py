@@ -53,7 +53,7 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles from taking the query to the first ``ci``
+    Latency: ``2·ceil((pos + 1) / rows) + 17`` cycles from taking the query to the first ``ci``
     (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
@@ -255,7 +255,8 @@ class Attention(wiring.Component):
         dividers, requants = [], []
         for k in range(ways):
             tag = word if k == 0 else unsigned(0)
-            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=tag)
+            # Three quotient bits a stage: an int8 context in 4 cycles, on every token's path.
+            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=tag, bits_per_stage=3)
             requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=tag, registered_input=True)
             m.submodules[f"divider{k}"], m.submodules[f"requant{k}"] = divider, requant
             wiring.connect(m, divider.o, requant.i)
