@@ -53,7 +53,7 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 17`` cycles from taking the query to the first ``ci``
+    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles from taking the query to the first ``ci``
     (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
@@ -175,11 +175,24 @@ class Attention(wiring.Component):
             ]
         with m.If(s_valid[4]):
             for g in range(heads):
-                # The group's maximum: the first of its rows, or a later one in range above it.
-                best = head_sums[0][g]
+                # The group's first maximum, and whether it beats the running one: every
+                # comparison side by side (one carry chain deep), then only logic on their bits.
+                sums, live = [head_sums[r][g] for r in range(rows)], s_rows[4]
+                above_peak = [value > peak[g] for value in sums]
+                greater = {(j, k): sums[k] > sums[j] for j in range(rows) for k in range(j + 1, rows)}
+                taken = []
+                for r in range(rows):
+                    wins = live[r]
+                    for j in range(rows):
+                        if j < r:
+                            wins &= ~live[j] | greater[j, r]
+                        elif j > r:
+                            wins &= ~live[j] | ~greater[r, j]
+                    taken.append(wins)
+                best, beats = sums[0], above_peak[0]
                 for r in range(1, rows):
-                    best = Mux(s_rows[4][r] & (head_sums[r][g] > best), head_sums[r][g], best)
-                with m.If((s_group[4] == 0) | (best > peak[g])):
+                    best, beats = Mux(taken[r], sums[r], best), Mux(taken[r], above_peak[r], beats)
+                with m.If((s_group[4] == 0) | beats):
                     m.d.sync += peak[g].eq(best)
 
         # -- Phase 2: weights, den, num, a group of rows a cycle again.
@@ -255,8 +268,7 @@ class Attention(wiring.Component):
         dividers, requants = [], []
         for k in range(ways):
             tag = word if k == 0 else unsigned(0)
-            # Three quotient bits a stage: an int8 context in 4 cycles, on every token's path.
-            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=tag, bits_per_stage=3)
+            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=tag)
             requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=tag, registered_input=True)
             m.submodules[f"divider{k}"], m.submodules[f"requant{k}"] = divider, requant
             wiring.connect(m, divider.o, requant.i)
