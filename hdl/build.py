@@ -149,6 +149,24 @@ def utilisation(report):
     return {label: used[key] for label, key in names.items() if key in used}
 
 
+def critical_path(report):
+    """nextpnr's slowest clock-to-clock path: its delay, and the design's source lines along it
+    (the cells' own names are synthesis's, unreadable without `autoname`)."""
+    for path in report.get("critical_paths", []):
+        if not (path["from"].startswith("posedge") and path["to"].startswith("posedge")):
+            continue
+        sources = []
+        for step in path["path"]:
+            for source in step.get("sources", []):
+                for root in ("/hdl/", "/boards/"):
+                    if root in source:
+                        line = root[1:] + source.rsplit(root, 1)[1]
+                        if line not in sources:
+                            sources.append(line)
+        return {"delay_ns": round(sum(step["delay"] for step in path["path"]), 3), "sources": sources}
+    return None
+
+
 def text_report(r):
     lines = [
         r["identity"],
@@ -157,8 +175,11 @@ def text_report(r):
         f"UART {r['baud']} baud",
         f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz: "
         + ("timing met" if r["timing_met"] else "TIMING MISSED"),
-        "utilisation:",
     ]
+    if r.get("critical_path"):
+        lines.append(f"critical path: {r['critical_path']['delay_ns']:.2f} ns, through "
+                     + (", ".join(r["critical_path"]["sources"]) or "no line of the design"))
+    lines.append("utilisation:")
     for name, u in r["utilisation"].items():
         lines.append(f"  {name:11s} {u['used']:6d} / {u['available']:6d}  ({100 * u['used'] / max(1, u['available']):.1f}%)")
     lines.append("  (LUT4 as nextpnr counts logic cells: LUT4s, carry chains and LUT RAM together)")
@@ -238,7 +259,7 @@ def main(argv=None):
         "board": "ulx3s", "device": args.device, "part": platform.device, "lanes": lanes,
         "ways": ways, "lut_ways": lut_ways,
         "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
-        "timing_met": fmax * 1e6 >= top.clock_hz,
+        "timing_met": fmax * 1e6 >= top.clock_hz, "critical_path": critical_path(report),
         "utilisation": {k: {"used": v["used"], "available": v["available"]}
                         for k, v in utilisation(report).items()},
         "cycles_per_token": {"first": cycles[0], "last": cycles[-1], "mean": mean,

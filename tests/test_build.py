@@ -58,6 +58,9 @@ def test_bitstream_for_the_shipped_model(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["identity"] == model.identity_line
     assert report["timing_met"] and report["fmax_mhz"] * 1e6 >= report["clock_hz"]
+    # nextpnr's fmax is its critical path's delay; the path runs through the design's own lines.
+    assert report["critical_path"]["delay_ns"] == pytest.approx(1000 / report["fmax_mhz"], rel=0.05)
+    assert all(line.startswith(("hdl/", "boards/")) for line in report["critical_path"]["sources"])
     assert report["utilisation"]["DP16KD"]["available"] == PARTS["85F"]["DP16KD"]
     assert report["utilisation"]["MULT18X18D"]["used"] > 0
     assert len(report["cycles_per_token"]["per_position"]) == model.seq_len
