@@ -1,12 +1,13 @@
 """The ULX3S: its ECP5 variants, the PLL from its 25 MHz oscillator, and the device's pins."""
 
-from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
+from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth_boards.ulx3s import (ULX3S_12F_Platform, ULX3S_25F_Platform, ULX3S_45F_Platform,
                                    ULX3S_85F_Platform)
 
 from hdl.engine import DEFAULT_WAYS
+from hdl.fanout import global_net
 from hdl.top import DeviceTop
 
 __all__ = ["PLATFORMS", "PARTS", "pll_parameters", "ULX3STop"]
@@ -82,7 +83,12 @@ class ULX3STop(Elaboratable):
         )
         m.d.comb += ClockSignal("sync").eq(clock)
         platform.add_clock_constraint(clock, self.clock_hz)
-        m.submodules.reset = ResetSynchronizer(~locked, domain="sync")
+        # The reset, held until the PLL locks, reaches every register of the design: it leaves
+        # its synchroniser (in a domain of its own, on the same clock) through a global buffer.
+        m.domains.reset = ClockDomain("reset")
+        m.d.comb += ClockSignal("reset").eq(clock)
+        m.submodules.reset = ResetSynchronizer(~locked, domain="reset")
+        m.d.comb += ResetSignal("sync").eq(global_net(m, platform, ResetSignal("reset"), "reset"))
 
         m.submodules.device = device = self.device
         uart = platform.request("uart", 0, dir={"rx": "-", "tx": "-", "rts": "-", "dtr": "-"})
