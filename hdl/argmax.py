@@ -2,7 +2,27 @@ from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ArgMax"]
+__all__ = ["ArgMax", "first_maximum"]
+
+
+def first_maximum(live, greater):
+    """Which of ``n`` values is the first maximum among the live ones, from their comparisons:
+    ``live[k]`` whether value k counts, ``greater[j, k]`` (j < k) whether value k > value j.
+    Value k wins if it is live, strictly greater than every live one before it (an equal
+    one earlier keeps the win) and not less than every live one after it; at most one wins,
+    and one does whenever any is live. Only logic on the bits: the comparisons can all run
+    side by side."""
+    n = len(live)
+    winners = []
+    for k in range(n):
+        wins = live[k]
+        for j in range(n):
+            if j < k:
+                wins &= ~live[j] | greater[j, k]
+            elif j > k:
+                wins &= ~live[j] | ~greater[k, j]
+        winners.append(wins)
+    return winners
 
 
 class ArgMax(wiring.Component):
@@ -63,16 +83,10 @@ class ArgMax(wiring.Component):
         word_offset = Signal(range(ways))
         word_valid = Signal()
         word_last = Signal()
-        live = [k < compared.count for k in range(ways)]
+        winners = first_maximum([k < compared.count for k in range(ways)], pairs)
         best, offset = compared.values[0], 0
         for k in range(1, ways):
-            wins = live[k]
-            for j in range(ways):
-                if j < k:
-                    wins &= ~live[j] | pairs[j, k]
-                elif j > k:
-                    wins &= ~live[j] | ~pairs[k, j]
-            best, offset = Mux(wins, compared.values[k], best), Mux(wins, k, offset)
+            best, offset = Mux(winners[k], compared.values[k], best), Mux(winners[k], k, offset)
         m.d.sync += [word_valid.eq(compared_in), word_last.eq(compared_in & compared.last)]
         with m.If(compared_in):
             m.d.sync += [word_best.eq(best), word_offset.eq(offset)]

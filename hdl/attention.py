@@ -4,6 +4,7 @@ from amaranth.lib.wiring import In, Out
 
 from int8model.bounds import Bound
 
+from .argmax import first_maximum
 from .divider import FloorDivider
 from .kv_cache import CacheRead
 from .product import nibble_products, product_stages, split_product, tree_sum
@@ -177,18 +178,10 @@ class Attention(wiring.Component):
             for g in range(heads):
                 # The group's first maximum, and whether it beats the running one: every
                 # comparison side by side (one carry chain deep), then only logic on their bits.
-                sums, live = [head_sums[r][g] for r in range(rows)], s_rows[4]
+                sums = [head_sums[r][g] for r in range(rows)]
                 above_peak = [value > peak[g] for value in sums]
                 greater = {(j, k): sums[k] > sums[j] for j in range(rows) for k in range(j + 1, rows)}
-                taken = []
-                for r in range(rows):
-                    wins = live[r]
-                    for j in range(rows):
-                        if j < r:
-                            wins &= ~live[j] | greater[j, r]
-                        elif j > r:
-                            wins &= ~live[j] | ~greater[r, j]
-                    taken.append(wins)
+                taken = first_maximum([s_rows[4][r] for r in range(rows)], greater)
                 best, beats = sums[0], above_peak[0]
                 for r in range(1, rows):
                     best, beats = Mux(taken[r], sums[r], best), Mux(taken[r], above_peak[r], beats)
