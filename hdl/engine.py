@@ -13,6 +13,7 @@ from .epilogue import Epilogue, Stage
 from .fifo import RegisterSlice, StreamFIFO
 from .kv_cache import KVCache
 from .matvec import MatVec
+from .requant import Rule
 
 __all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "XI_TABLE_BYTES", "xi_table_depth",
            "lanes_for", "command_layout", "status_layout"]
@@ -226,7 +227,7 @@ class Engine(wiring.Component):
         xi_data = Signal(data.ArrayLayout(signed(8), ways))
         xi_advance = Signal()
         if self.xi_table:
-            r_qkv = model.requant["r_qkv"]
+            to_xi = Rule.to8(model.requant["r_qkv"])
             pos_bits, word_bits = (seq_len - 1).bit_length(), (row_words - 1).bit_length()
             init = []
             for tok in range(vocab):
@@ -234,8 +235,7 @@ class Engine(wiring.Component):
                     row = [0] * (row_words * ways)
                     if p < seq_len:
                         for e in range(d):
-                            x = int(model.embed[tok][e]) + int(model.positions[p][e])
-                            row[e] = min(max((x * r_qkv[0]) >> r_qkv[1], -128), 127)
+                            row[e] = to_xi.apply(int(model.embed[tok][e]) + int(model.positions[p][e]))
                     init += [row[at:at + ways] for at in range(0, len(row), ways)]
             m.submodules.xi_table = xi_rom = memory.Memory(
                 shape=data.ArrayLayout(signed(8), ways), depth=len(init), init=init)

@@ -39,6 +39,15 @@ class Rule:
             out = out.clamp(-128, 127)
         return out
 
+    def apply(self, value):
+        """The rule on one integer, at elaboration (for tables of constants)."""
+        out = (int(value) * self.multiplier) >> self.shift
+        if self.relu:
+            out = max(out, 0)
+        if self.saturate:
+            out = min(max(out, -128), 127)
+        return out
+
 
 class Requant(wiring.Component):
     """Requantisation, ``rq`` and ``to8`` of docs/semantics.md, exact for any ``(M, S)`` with S in 0..63.

@@ -109,3 +109,15 @@ def test_latency(rules, registered_input, cycles):
     sim.add_testbench(bench)
     sim.run()
     assert seen == [cycles]
+
+
+def test_a_rule_on_one_integer_is_the_golden_requant():
+    """Rule.apply (the tables built at elaboration) against the golden model's rq and c8."""
+    from int8model.golden import c8, rq
+    rng = np.random.default_rng(6)
+    for rule in EDGE_RULES:
+        for value in [0, 1, -1, 2**21 - 1, -(2**21)] + rng.integers(-2**21, 2**21, 50).tolist():
+            want = rq(np.int64(value), (rule.multiplier, rule.shift))
+            want = np.maximum(want, 0) if rule.relu else want
+            want = c8(want) if rule.saturate else want
+            assert rule.apply(value) == int(want), (rule, value)
