@@ -2,12 +2,10 @@ from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from int8model.bounds import Bound
-
 from .argmax import first_maximum
 from .divider import FloorDivider
 from .kv_cache import CacheRead
-from .product import nibble_products, product_stages, split_product, tree_sum
+from .product import product_stages, registered_product, split_product, tree_sum
 from .requant import Requant, Rule
 
 __all__ = ["Attention"]
@@ -83,8 +81,6 @@ class Attention(wiring.Component):
         self.gap_stages = product_stages(max(1, self.gap_limit.bit_length()), signed=False)
         self.weight_bits = bounds["weights"].bits
         self.operand_bits = max(8, self.weight_bits)
-        self.product_bits = Bound(-(1 << (self.operand_bits - 1)) * 128,
-                                  (1 << (self.operand_bits - 1)) * 128).bits
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len)}))),
@@ -132,16 +128,9 @@ class Attention(wiring.Component):
                 ra = Signal.like(operand_a[r][e], name=f"ra{r}_{e}")
                 rb = Signal.like(operand_b[r][e], name=f"rb{r}_{e}")
                 m.d.sync += [ra.eq(operand_a[r][e]), rb.eq(operand_b[r][e])]
-                if r == 0:
-                    product = Signal(signed(self.product_bits), name=f"p{r}_{e}")
-                    m.d.sync += product.eq(ra * rb)
-                    products[r].append([product])
-                else:
-                    low = Signal(signed(self.operand_bits + 5), name=f"p{r}_{e}_low")
-                    high = Signal(signed(self.operand_bits + 4), name=f"p{r}_{e}_high")
-                    low_part, high_part = nibble_products(ra, rb)
-                    m.d.sync += [low.eq(low_part), high.eq(high_part)]
-                    products[r].append([low, high << 4])
+                registers, product = registered_product(ra, rb, in_luts=r > 0, name=f"p{r}_{e}")
+                m.d.sync += registers
+                products[r].append(product)
 
         # -- Phase 1: scores, a group of rows a cycle: each bank's in its own score memory.
         score_layout = data.ArrayLayout(signed(self.score_bits), heads)

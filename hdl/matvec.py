@@ -7,7 +7,7 @@ from int8model.bounds import Bound, matvec_bound
 
 from .fifo import SkidBuffer
 from .fanout import global_net, replicas
-from .product import nibble_products, tree_sum
+from .product import registered_product, tree_sum
 
 __all__ = ["MatVec"]
 
@@ -240,17 +240,10 @@ class MatVec(wiring.Component):
                 for lane in range(lanes):
                     byte = k * lanes + lane
                     weight = weights_in[8 * byte:8 * byte + 8].as_signed()
-                    element = elements[k][lane]
-                    if k < ways - self.lut_ways:
-                        product = Signal(signed(16), name=f"product{k}_{lane}")
-                        m.d.sync += product.eq(element * weight)
-                        terms[lane].append(product)
-                    else:
-                        low = Signal(signed(13), name=f"product{k}_{lane}_low")
-                        high = Signal(signed(12), name=f"product{k}_{lane}_high")
-                        low_part, high_part = nibble_products(element, weight)
-                        m.d.sync += [low.eq(low_part), high.eq(high_part)]
-                        terms[lane] += [low, high << 4]
+                    registers, product = registered_product(
+                        elements[k][lane], weight, in_luts=k >= ways - self.lut_ways, name=f"product{k}_{lane}")
+                    m.d.sync += registers
+                    terms[lane] += product
 
         # -- Accumulate: each lane adds the word's products to its sum in one stage, the adds
         # as a balanced tree (few carry chains in series); a group's last word lands in the

@@ -8,7 +8,8 @@ in the next cycle.
 
 from amaranth.hdl import Mux, Signal, signed
 
-__all__ = ["MULTIPLIER_BITS", "product_stages", "split_product", "nibble_products", "tree_sum"]
+__all__ = ["MULTIPLIER_BITS", "product_stages", "split_product", "nibble_products", "registered_product",
+           "tree_sum"]
 
 MULTIPLIER_BITS = 18
 LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
@@ -67,3 +68,17 @@ def tree_sum(terms):
     while len(terms) > 1:
         terms = [a + b for a, b in zip(terms[0::2], terms[1::2])] + terms[len(terms) & ~1:]
     return terms[0]
+
+
+def registered_product(a, b, *, in_luts, name):
+    """``a · b`` for an 8-bit signed ``b``, registered: in a multiplier, or in LUT logic as the
+    two partial products of :func:`nibble_products`. Returns the register assignments (for the
+    caller's domain and enable) and the terms the product is the sum of, to be added where the
+    product is used."""
+    if not in_luts:
+        product = Signal(signed(len(a) + len(b)), name=name)
+        return [product.eq(a * b)], [product]
+    low = Signal(signed(len(a) + 5), name=f"{name}_low")
+    high = Signal(signed(len(a) + 4), name=f"{name}_high")
+    low_part, high_part = nibble_products(a, b)
+    return [low.eq(low_part), high.eq(high_part)], [low, high << 4]
