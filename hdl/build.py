@@ -39,15 +39,16 @@ class FitError(ValueError):
     pass
 
 
-def estimate(model, lanes, ways, lut_ways=0, attention_rows=None):
-    """What the engine needs of a part, estimated before elaboration.
+def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None):
+    """What the engine needs of a part, estimated before elaboration (``qkv_table`` as
+    :class:`~.engine.Engine` takes it).
 
     Block RAM: every memory rounded up to whole 18 kbit blocks as Yosys maps them (an upper
     bound: small ones go to LUT RAM). Multipliers: ``ways − lut_ways`` per MAC lane, one per
     attention column (of the first cache bank; the others' are LUTs), two per head and bank,
     one per requant stage (two per epilogue) for the wide constant products.
     """
-    from .engine import DEFAULT_ATTENTION_ROWS, XI_TABLE_BYTES, xi_table_depth
+    from .engine import DEFAULT_ATTENTION_ROWS, XI_TABLE_BYTES, QKV_TABLE_BYTES, qkv_table_depth, xi_table_depth
     rows = attention_rows or DEFAULT_ATTENTION_ROWS
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
     groups = lambda cols: -(-cols // lanes)
@@ -59,7 +60,11 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None):
         "embeddings": (vocab * d + seq_len * d, 24),
         "scores": (seq_len, 24 * model.n_heads),
     }
-    if xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES:
+    if qkv_table is None:
+        qkv_table = qkv_table_depth(model) * 3 * d <= QKV_TABLE_BYTES
+    if qkv_table:
+        memories["qkv_table"] = (qkv_table_depth(model), 3 * 8 * d)
+    elif xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES:
         memories["xi_table"] = (xi_table_depth(model, ways), 8 * ways)
     blocks = 0
     for depth, width in memories.values():
@@ -70,12 +75,12 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None):
         blocks += -(-width // block_width) * -(-depth // block_depth)
     bits = sum(depth * width for depth, width in memories.values())
     multipliers = lanes * (ways - lut_ways) + d + 2 * model.n_heads * rows + 1 + 2 * ways
-    return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers}
+    return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers, "qkv_table": qkv_table}
 
 
-def check_fit(model, lanes, ways, device, lut_ways=0):
+def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None):
     from boards.ulx3s import PARTS
-    need = estimate(model, lanes, ways, lut_ways)
+    need = estimate(model, lanes, ways, lut_ways, qkv_table=qkv_table)
     part = PARTS[device]
     short = []
     if need["DP16KD"] > part["DP16KD"]:
@@ -93,18 +98,20 @@ def check_fit(model, lanes, ways, device, lut_ways=0):
     return need
 
 
-def choose_ways(model, device, ways=None, lanes=None, lut_ways=None):
-    """The ways, LUT ways and lanes to build with: those asked, else the most ways the part
-    fits, up to ``DEFAULT_WAYS``, each lane's multipliers in DSP blocks where they fit and at
-    most one of them in LUTs (a LUT multiplier costs about a hundred LUT4s)."""
+def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=None):
+    """The ways, LUT ways, lanes and whether q, k, v come from a table, to build with: those
+    asked, else the most ways the part fits, up to ``DEFAULT_WAYS``, each lane's multipliers in
+    DSP blocks where they fit and at most one of them in LUTs (a LUT multiplier costs about a
+    hundred LUT4s); the table where the model's is small and the part has the block RAM."""
     from .engine import DEFAULT_WAYS, lanes_for
-    candidates = [(w, l) for w in ([ways] if ways else range(DEFAULT_WAYS, 0, -1))
-                  for l in ([lut_ways] if lut_ways is not None else (0, 1))]
-    for n, (candidate, soft) in enumerate(candidates):
+    candidates = [(w, l, t) for w in ([ways] if ways else range(DEFAULT_WAYS, 0, -1))
+                  for l in ([lut_ways] if lut_ways is not None else (0, 1))
+                  for t in ([qkv_table] if qkv_table is not None else (None, False))]
+    for n, (candidate, soft, table) in enumerate(candidates):
         chosen = lanes or lanes_for(model, candidate)
         try:
-            check_fit(model, chosen, candidate, device, soft)
-            return candidate, soft, chosen
+            check_fit(model, chosen, candidate, device, soft, table)
+            return candidate, soft, chosen, estimate(model, chosen, candidate, soft, qkv_table=table)["qkv_table"]
         except FitError:
             if n == len(candidates) - 1:
                 raise
@@ -172,7 +179,8 @@ def text_report(r):
         r["identity"],
         f"board ULX3S-{r['device']} ({r['part']}), {r['lanes']} MAC lanes x {r['ways']} ways "
         f"({r['lut_ways']} of them in LUTs), "
-        f"UART {r['baud']} baud",
+        + ("q, k, v from a table, " if r.get("qkv_table") else "")
+        + f"UART {r['baud']} baud",
         f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz: "
         + ("timing met" if r["timing_met"] else "TIMING MISSED"),
     ]
@@ -211,6 +219,9 @@ def main(argv=None):
                              "(default: none, or one where the DSP blocks run out)")
     parser.add_argument("--lanes", type=int,
                         help="MAC lanes (default: d_model rounded up to a multiple of the ways)")
+    parser.add_argument("--qkv-table", action=argparse.BooleanOptionalAction, default=None,
+                        help="read q, k and v from a table of every token and position (default: where "
+                             "it takes at most 128 KB and the part has the block RAM)")
     parser.add_argument("--out", type=Path, default=Path("build/ulx3s"))
     parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
     args = parser.parse_args(argv)
@@ -222,9 +233,10 @@ def main(argv=None):
     try:
         model = load(args.model)
         print(model.identity_line)
-        ways, lut_ways, lanes = choose_ways(model, args.device, args.ways, args.lanes, args.lut_ways)
+        ways, lut_ways, lanes, qkv_table = choose_ways(model, args.device, args.ways, args.lanes, args.lut_ways,
+                                                       args.qkv_table)
         top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, lanes=lanes, ways=ways,
-                       lut_ways=lut_ways)
+                       lut_ways=lut_ways, qkv_table=qkv_table)
     except (ModelError, BoundsError, FitError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -235,7 +247,7 @@ def main(argv=None):
     if build_dir.exists():
         shutil.rmtree(build_dir)
     print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {lanes} lanes x {ways} ways "
-          f"({lut_ways} in LUTs)", file=sys.stderr)
+          f"({lut_ways} in LUTs), q, k, v {'from a table' if qkv_table else 'computed'}", file=sys.stderr)
     plan = platform.build(top, name="top", do_build=False,
                           # Later YoWASP Yosys builds only map LUTs with ABC9, which fails on this
                           # design; the classic ABC flow works (see pyproject.toml's pin).
@@ -251,13 +263,14 @@ def main(argv=None):
     report = json.loads((build_dir / "report.json").read_text())
     fmax = min(v["achieved"] for v in report["fmax"].values())
     print("counting cycles per token in simulation", file=sys.stderr)
-    cycles = measure(model, lanes, ways, name=f"build_cycles_{model.sha256[:12]}_{lanes}_{ways}")
+    cycles = measure(model, lanes, ways, name=f"build_cycles_{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}",
+                     qkv_table=qkv_table)
     mean = sum(cycles) / len(cycles)
     shutil.copy(build_dir / "top.bit", out / "top.bit")
     result = {
         "identity": model.identity_line, "model_sha256": model.sha256, "model_file": str(args.model),
         "board": "ulx3s", "device": args.device, "part": platform.device, "lanes": lanes,
-        "ways": ways, "lut_ways": lut_ways,
+        "ways": ways, "lut_ways": lut_ways, "qkv_table": qkv_table,
         "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
         "timing_met": fmax * 1e6 >= top.clock_hz, "critical_path": critical_path(report),
         "utilisation": {k: {"used": v["used"], "available": v["available"]}

@@ -1,11 +1,12 @@
 import enum
 
 import numpy as np
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from int8model.bounds import Bound, analyse
+from int8model.golden import projections
 
 from .argmax import ArgMax
 from .attention import Attention
@@ -16,7 +17,7 @@ from .matvec import MatVec
 from .requant import Rule
 
 __all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "XI_TABLE_BYTES", "xi_table_depth",
-           "lanes_for", "command_layout", "status_layout"]
+           "QKV_TABLE_BYTES", "qkv_table_depth", "lanes_for", "command_layout", "status_layout"]
 
 
 class Op(enum.IntEnum):
@@ -48,6 +49,19 @@ def xi_table_depth(model, ways):
     address is a concatenation of token, position and word."""
     words = -(-model.d_model // ways)
     return model.vocab << ((model.seq_len - 1).bit_length() + (words - 1).bit_length())
+
+
+# A table of q, K[pos] and V[pos] for every token and position, when it takes at most this many
+# bytes: in a one-layer model they depend on the token and the position only (steps 1 and 2),
+# so a step reads them in one cycle, and attention starts at once rather than after the QKV
+# product. The seed-size model's takes 96 KB, 43 of the 85F's 208 block RAMs.
+QKV_TABLE_BYTES = 128 * 1024
+
+
+def qkv_table_depth(model):
+    """Rows of the q, k, v table: a power-of-two stride per token, so that its address is a
+    concatenation of token and position."""
+    return model.vocab << (model.seq_len - 1).bit_length()
 
 
 def lanes_for(model, ways):
@@ -94,9 +108,11 @@ class Engine(wiring.Component):
     lane's ``ways`` multipliers, the last ``lut_ways`` are built from LUTs (for a part with too
     few DSP blocks); the results and the timing are the same. Attention reads
     ``attention_rows`` cache rows a cycle, from as many banks of the cache. Where a table of
-    ``xi`` for every token and position is small (``XI_TABLE_BYTES``), the first product reads
-    its input from it, while ``x`` passes through the epilogue only to be stored. All shapes,
-    weights and tables come from the model.
+    ``q``, ``K[pos]`` and ``V[pos]`` for every token and position is small (``QKV_TABLE_BYTES``,
+    or as ``qkv_table`` says), a step reads them from it and runs no QKV product; otherwise,
+    where a table of ``xi`` is small (``XI_TABLE_BYTES``), the first product reads its input
+    from that. With either table, ``x`` passes through the epilogue only to be stored for the
+    residual. All shapes, weights and tables come from the model.
 
     Ports
     -----
@@ -115,11 +131,15 @@ class Engine(wiring.Component):
     A rejected command changes nothing but the error code: the cache and position stay.
     """
 
-    def __init__(self, model, *, lanes=None, ways=DEFAULT_WAYS, lut_ways=0, attention_rows=DEFAULT_ATTENTION_ROWS):
+    def __init__(self, model, *, lanes=None, ways=DEFAULT_WAYS, lut_ways=0, attention_rows=DEFAULT_ATTENTION_ROWS,
+                 qkv_table=None):
         self.model = model
         self.bounds = analyse(model)
         self.ways, self.lut_ways, self.attention_rows = ways, lut_ways, attention_rows
-        self.xi_table = xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES
+        if qkv_table is None:
+            qkv_table = qkv_table_depth(model) * 3 * model.d_model <= QKV_TABLE_BYTES
+        self.qkv_table = bool(qkv_table)
+        self.xi_table = not self.qkv_table and xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES
         d = model.d_model
         self.lanes = lanes or lanes_for(model, ways)
         b = self.bounds
@@ -171,6 +191,8 @@ class Engine(wiring.Component):
             probe(epilogue.o, f"epilogue{k}")
         probe(attention.o, "attention")
         probe(matvec.o, "matvec")
+        probe(attention.i, "query")
+        probe(cache.write, "cache_write")
 
         # The epilogues' inputs, decided below, through a register: the decisions are logic
         # on another unit's output, the epilogues start with a multiplier.
@@ -221,7 +243,7 @@ class Engine(wiring.Component):
         # x on its way to the residual.
         xi_feeding = Signal()   # words of xi are still to be read
         xi_out_valid = Signal()
-        xi_token = Signal(range(vocab))
+        step_token = Signal(range(vocab))  # the token of the step
         xi_word = Signal(range(words + 1))
         xi_fetched = Signal()
         xi_data = Signal(data.ArrayLayout(signed(8), ways))
@@ -244,7 +266,7 @@ class Engine(wiring.Component):
                 xi_out_valid.eq(xi_feeding & xi_fetched),
                 xi_advance.eq(~xi_out_valid | feed.i.ready),
                 xi_read.en.eq(xi_advance),
-                xi_read.addr.eq(Cat(xi_word[:word_bits], position_base[word_bits:word_bits + pos_bits], xi_token)),
+                xi_read.addr.eq(Cat(xi_word[:word_bits], position_base[word_bits:word_bits + pos_bits], step_token)),
                 xi_data.eq(xi_read.data),
             ]
             with m.If(xi_feeding & xi_advance):
@@ -300,7 +322,7 @@ class Engine(wiring.Component):
         stage = epilogues[0].o.payload.select
         # Taken by the collectors below (q, k, v), or, with the xi table, dropped (EMBED).
         collected = (stage == Stage.Q) | (stage == Stage.K) | (stage == Stage.V)
-        if self.xi_table:
+        if self.xi_table or self.qkv_table:
             collected |= stage == Stage.EMBED
         next_matrix = Array([Const(Matrix.QKV), 0, 0, 0, Const(Matrix.W1), Const(Matrix.W2), Const(Matrix.HEAD)])
         with m.If(attention.o.valid):
@@ -333,7 +355,31 @@ class Engine(wiring.Component):
         v = Signal(data.ArrayLayout(signed(8), d))
         have_q, have_k, have_v = Signal(), Signal(), Signal()  # the vector is complete
         vectors = ((Stage.Q, q, have_q), (Stage.K, k, have_k), (Stage.V, v, have_v))
-        for way, epilogue in enumerate(epilogues):
+        pos = Signal(range(seq_len + 1))
+        table_addressed = Signal()  # the q, k, v table's read port holds this step's address
+        if self.qkv_table:
+            pos_bits = (seq_len - 1).bit_length()
+            rows = []
+            for tok in range(vocab):
+                for p in range(1 << pos_bits):
+                    if p < seq_len:
+                        _, _, q_row, k_row, v_row = projections(model, tok, p)
+                        rows.append({"q": q_row.tolist(), "k": k_row.tolist(), "v": v_row.tolist()})
+                    else:
+                        rows.append({"q": [0] * d, "k": [0] * d, "v": [0] * d})
+            vector = data.ArrayLayout(signed(8), d)
+            m.submodules.qkv_table = qkv_rom = memory.Memory(
+                shape=data.StructLayout({"q": vector, "k": vector, "v": vector}), depth=len(rows), init=rows,
+                attrs={"ram_style": "block", "rom_style": "block"})
+            qkv_read = qkv_rom.read_port()  # one cycle of latency
+            # The address holds for the whole step, and so does the row: q, k and v are the
+            # read port's data, complete from the step's second cycle.
+            m.d.comb += [
+                qkv_read.addr.eq(Cat(pos[:pos_bits], step_token)),
+                q.eq(qkv_read.data.q), k.eq(qkv_read.data.k), v.eq(qkv_read.data.v),
+                have_q.eq(table_addressed), have_k.eq(table_addressed), have_v.eq(table_addressed),
+            ]
+        for way, epilogue in enumerate([] if self.qkv_table else epilogues):
             # Registered, then decoded into registered write enables, one per element of q, k
             # and v: the decode's fan-out to all of them starts from registers, and ends in one.
             out = Signal.like(epilogue.o.payload, name=f"collect{way}")
@@ -352,7 +398,6 @@ class Engine(wiring.Component):
                 with m.If(last):
                     m.d.sync += complete.eq(1)
 
-        pos = Signal(range(seq_len + 1))
         # Attention scores the cached rows as soon as q is there, row pos once K[pos] is
         # written, and waits for the V row before weighing them (q, k, v leave the lanes in
         # that order).
@@ -402,11 +447,16 @@ class Engine(wiring.Component):
 
         def start_step(tok, prefill=False):
             m.d.sync += [
-                token_base.eq(tok * row_words), embedding.eq(1), embed_word.eq(0), embed_word_column.eq(0),
-                xi_token.eq(tok), xi_feeding.eq(self.xi_table), xi_word.eq(0), xi_fetched.eq(0),
+                token_base.eq(tok * row_words), embed_word.eq(0), embed_word_column.eq(0),
+                step_token.eq(tok), xi_feeding.eq(self.xi_table), xi_word.eq(0), xi_fetched.eq(0),
                 embed_fetched.eq(0), cycles.eq(1), keys_ready.eq(0), values_ready.eq(0),
-                have_q.eq(0), have_k.eq(0), have_v.eq(0), prefilling.eq(prefill),
+                prefilling.eq(prefill), table_addressed.eq(0),
             ]
+            if self.qkv_table:
+                # A prefill step reads its cache row from the table: it needs no x.
+                m.d.sync += embedding.eq(~Value.cast(prefill))
+            else:
+                m.d.sync += [embedding.eq(1), have_q.eq(0), have_k.eq(0), have_v.eq(0)]
 
         def end_step():
             m.d.sync += [
@@ -449,6 +499,7 @@ class Engine(wiring.Component):
                             m.d.sync += [remaining.eq(arg - 1), busy.eq(1), generating.eq(1)]
                             m.next = "EMIT_FIRST"
             with m.State("STEP"):
+                m.d.sync += table_addressed.eq(1)
                 # Embedding ends once its last column has been taken.
                 with m.If(embedding & (embed_word == words) & embed_advance):
                     m.d.sync += embedding.eq(0)

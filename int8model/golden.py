@@ -12,7 +12,7 @@ import numpy as np
 
 from .bounds import analyse
 
-__all__ = ["DecodeError", "check_token", "check_generation", "rq", "c8", "to8", "fdiv", "matvec", "attention", "argmax", "Trace", "Golden"]
+__all__ = ["DecodeError", "check_token", "check_generation", "rq", "c8", "to8", "fdiv", "matvec", "projections", "attention", "argmax", "Trace", "Golden"]
 
 
 class DecodeError(ValueError):
@@ -42,6 +42,18 @@ def fdiv(a, b):
 def matvec(x, matrix):
     """``y[j] = Σ_e x[e] · W[e, j]`` (matrices are stored input-major)."""
     return np.asarray(x, dtype=np.int64) @ matrix
+
+
+def projections(model, tok, pos):
+    """Steps 1 and 2 for ``tok`` at ``pos``: ``x``, ``xi``, ``q``, ``k``, ``v``. In a one-layer
+    model they depend on the token and the position only."""
+    r, w = model.requant, model.weights
+    x = model.embed[tok] + model.positions[pos]
+    xi = to8(x, r["r_qkv"])
+    q = to8(matvec(xi, w["Wq"]), r["M_q"])
+    k = to8(matvec(xi, w["Wk"]), r["M_k"])
+    v = to8(matvec(xi, w["Wv"]), r["M_v"])
+    return x, xi, q, k, v
 
 
 def attention(q, keys, values, n_heads, score_pair, exp_lut):
@@ -148,11 +160,7 @@ class Golden:
         r = m.requant
         w = m.weights
 
-        x = m.embed[tok] + m.positions[pos]
-        xi = to8(x, r["r_qkv"])
-        q = to8(matvec(xi, w["Wq"]), r["M_q"])
-        k = to8(matvec(xi, w["Wk"]), r["M_k"])
-        v = to8(matvec(xi, w["Wv"]), r["M_v"])
+        x, xi, q, k, v = projections(m, tok, pos)
         self.keys[pos] = k
         self.values[pos] = v
         scores, lut_index, weights, den, num, ctx = attention(

@@ -31,6 +31,7 @@ class Observer:
     def __init__(self, dut, engine):
         self.dut, self.engine = dut, engine
         self.steps = []
+        self.by_position = {}  # what is recorded by position rather than by step: {pos: {name: values}}
 
     def new_step(self):
         self.steps.append({name: [] for name in ("xi", "q", "k", "v", "ci", "hi", "fi", "oi", "logits")})
@@ -43,8 +44,11 @@ class Observer:
             return tuple(getattr(dut, f"probe_{name}_{field}") for field in ("valid", "ready", "payload"))
         epilogues = [probe(f"epilogue{k}") for k in range(engine.ways)]
         attention_o, matvec_o = probe("attention"), probe("matvec")
+        query, cache_write = probe("query"), probe("cache_write")
         attention = engine.attention.o.payload.shape()
         matvec = engine.matvec.o.payload.shape()
+        query_layout = engine.attention.i.payload.shape()
+        row_layout = engine.cache.write.payload.shape()
         while True:
             await RisingEdge(dut.clk)
             await ReadOnly()
@@ -56,6 +60,18 @@ class Observer:
                     out = unpack(epilogue, int(payload.value))
                     if out["tag"] != scratch:
                         step[STREAMS[Stage(out["select"])]].append(out["value"])
+            if engine.qkv_table:
+                # q, k and v come from the table, not the epilogue: as attention takes q, and
+                # as the cache takes the row (the last write of a step holds both K and V).
+                # By position: a step's first cycles may pass before the bench starts its record.
+                valid, ready, payload = query
+                if int(valid.value) and int(ready.value):
+                    query_in = unpack(query_layout, int(payload.value))
+                    self.by_position.setdefault(query_in["pos"], {})["q"] = query_in["q"]
+                valid, ready, payload = cache_write
+                if int(valid.value) and int(ready.value):
+                    row = unpack(row_layout, int(payload.value))
+                    self.by_position.setdefault(row["pos"], {}).update(k=row["k"], v=row["v"])
             valid, ready, payload = attention_o
             if int(valid.value) and int(ready.value):
                 out = unpack(attention, int(payload.value))
@@ -68,6 +84,7 @@ class Observer:
 
 
 PREFILL_STREAMS = ("xi", "q", "k", "v")  # what a prefill step makes
+TABLE_PREFILL_STREAMS = ("k", "v")        # ... where the step reads q, k, v from a table
 STEP_STREAMS = PREFILL_STREAMS + ("ci", "hi", "fi", "oi", "logits")
 
 
@@ -147,6 +164,7 @@ async def check_generation(tb, model, prompt, count):
     want = [t.next for t in all_traces[len(prompt) - 1:]]
 
     tb.observer.steps.clear()
+    tb.observer.by_position.clear()
     tb.prefills.clear()
     status = await tb.command(Op.NEW)
     assert status["pos"] == 0 and status["error"] == Error.NONE
@@ -159,8 +177,11 @@ async def check_generation(tb, model, prompt, count):
     # Every intermediate of every step, not only the tokens: the first difference is named.
     assert len(tb.observer.steps) == len(all_traces)
     for index, (observed, trace) in enumerate(zip(tb.observer.steps, all_traces)):
+        observed = {**observed, **tb.observer.by_position.get(trace.pos, {})}
         difference = first_difference(
-            observed, trace, PREFILL_STREAMS if index in tb.prefills else STEP_STREAMS)
+            observed, trace,
+            STEP_STREAMS if index not in tb.prefills
+            else TABLE_PREFILL_STREAMS if tb.engine.qkv_table else PREFILL_STREAMS)
         if difference:
             raise AssertionError(
                 f"tokens: engine {got}, golden {want}; first difference at step {index} "
@@ -176,7 +197,7 @@ async def generations_match_golden(dut):
     params = bench_params()
     model = from_json(params["model"])
     engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0),
-                    attention_rows=params.get("attention_rows", 2))
+                    attention_rows=params.get("attention_rows", 2), qkv_table=params.get("qkv_table"))
     rng = random.Random(params["seed"])
     await start(dut)
     tb = TB(dut, engine, rng)
@@ -195,7 +216,7 @@ async def bad_input_is_reported_and_harmless(dut):
     params = bench_params()
     model = from_json(params["model"])
     engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0),
-                    attention_rows=params.get("attention_rows", 2))
+                    attention_rows=params.get("attention_rows", 2), qkv_table=params.get("qkv_table"))
     await start(dut)
     tb = TB(dut, engine, random.Random(1))
     cocotb.start_soon(tb.observer.run())

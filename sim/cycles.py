@@ -41,29 +41,29 @@ def floor_cycles(model, lanes, ways):
     return mean_macs(model) / multipliers(model, lanes, ways)
 
 
-def _run(model, lanes, ways, name, prompt, quiet):
+def _run(model, lanes, ways, name, prompt, quiet, qkv_table):
     report = BUILD_ROOT / name / "cycles.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     params = {"model": model.to_json(), "lanes": lanes, "prompts": [prompt], "seed": 0,
-              "report": str(report), "ways": ways}
-    run_bench(Engine(model, lanes=lanes, ways=ways), name=name, test_module="sim.bench_engine",
+              "report": str(report), "ways": ways, "qkv_table": qkv_table}
+    run_bench(Engine(model, lanes=lanes, ways=ways, qkv_table=qkv_table), name=name, test_module="sim.bench_engine",
               params=params, testcase="generations_match_golden",
               log_file=report.parent / "simulation.log" if quiet else None)
     return json.loads(report.read_text())
 
 
-def measure(model, lanes, ways, name="cycles", quiet=True):
+def measure(model, lanes, ways, name="cycles", quiet=True, qkv_table=None):
     """Cycles of the (full) step at every position 0..seq_len−1, as a list: a one-token
     prompt, then generation to the end of the context."""
-    cycles = dict(_run(model, lanes, ways, name, [0], quiet)["cycles"])
+    cycles = dict(_run(model, lanes, ways, name, [0], quiet, qkv_table)["cycles"])
     return [cycles[p] for p in range(model.seq_len)]
 
 
-def measure_prefill(model, lanes, ways, name="prefill", quiet=True):
+def measure_prefill(model, lanes, ways, name="prefill", quiet=True, qkv_table=None):
     """Cycles of the prefill step at positions 0..seq_len−2, as a list: a prompt that fills
     the context, all but its last token prefill steps."""
     prompt = [p % model.vocab for p in range(model.seq_len)]
-    cycles = dict(_run(model, lanes, ways, name, prompt, quiet)["prefill_cycles"])
+    cycles = dict(_run(model, lanes, ways, name, prompt, quiet, qkv_table)["prefill_cycles"])
     return [cycles[p] for p in range(model.seq_len - 1)]
 
 

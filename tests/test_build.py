@@ -4,11 +4,13 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from boards.ulx3s import PARTS, pll_parameters
-from hdl.build import FitError, check_fit, choose_ways, main
+from hdl.build import FitError, check_fit, choose_ways, estimate, main
 from int8model import load
+from int8model.synthetic import random_model
 
 SHIPPED = "models/zen32.json"
 
@@ -40,12 +42,22 @@ def test_the_most_ways_the_part_fits_are_chosen():
     assert check_fit(model, 32, 4, "85F", lut_ways=1)["MULT18X18D"] == 32 * 3 + 32 + 16 + 1 + 8
     with pytest.raises(FitError, match=r"32 MAC lanes x 4 ways \+"):
         check_fit(model, 32, 4, "85F")
-    assert choose_ways(model, "85F") == (4, 1, 32)
-    assert choose_ways(model, "85F", ways=3) == (3, 0, 33)
+    assert choose_ways(model, "85F") == (4, 1, 32, True)
+    assert choose_ways(model, "85F", ways=3) == (3, 0, 33, True)
     # The 45F's 72 take attention's 32 and the requants' only beside one way in LUTs.
-    assert choose_ways(model, "45F") == (1, 1, 32)
+    assert choose_ways(model, "45F") == (1, 1, 32, True)
     with pytest.raises(FitError, match="the LFE5U-25F has 28"):
         choose_ways(model, "25F")
+
+
+def test_the_qkv_table_where_the_part_has_the_block_ram():
+    """A model whose q, k, v table is small enough (120 KB) gets it on the 85F, not on the 45F:
+    there the table's 86 block RAMs and the rest's 62 exceed its 108."""
+    model = random_model(np.random.default_rng(1), 32, 4, 32, 40, 32)
+    assert estimate(model, 32, 1, 1)["DP16KD"] > 108 >= estimate(model, 32, 1, 1, qkv_table=False)["DP16KD"]
+    assert choose_ways(model, "85F") == (4, 1, 32, True)
+    assert choose_ways(model, "45F") == (1, 1, 32, False)
+    assert choose_ways(load(SHIPPED), "85F", qkv_table=False) == (4, 1, 32, False)
 
 
 @pytest.mark.slow

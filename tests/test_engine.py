@@ -11,10 +11,14 @@ from sim.runner import run_bench
 SHIPPED = "models/zen32.json"
 
 
-def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3, lut_ways=0, attention_rows=2):
+def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3, lut_ways=0, attention_rows=2,
+        qkv_table=None):
     params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
-              "report": report, "ways": ways, "lut_ways": lut_ways, "attention_rows": attention_rows}
-    run_bench(Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, attention_rows=attention_rows), name=name,
+              "report": report, "ways": ways, "lut_ways": lut_ways, "attention_rows": attention_rows,
+              "qkv_table": qkv_table}
+    engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, attention_rows=attention_rows,
+                    qkv_table=qkv_table)
+    run_bench(engine, name=name,
               test_module="sim.bench_engine", params=params, testcase=testcase)
 
 
@@ -26,8 +30,10 @@ def test_shipped_model():
 
 
 def test_shipped_model_three_ways():
+    """Without the q, k, v table: the QKV product in the lanes, its input from the xi table."""
     model = load(SHIPPED)
-    run("engine_shipped_three_ways", model, 33, [[5, 30, 2]], testcase="generations_match_golden")
+    run("engine_shipped_three_ways", model, 33, [[5, 30, 2]], testcase="generations_match_golden",
+        qkv_table=False)
 
 
 def test_shipped_model_one_element_a_cycle():
