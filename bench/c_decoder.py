@@ -2,6 +2,8 @@
 
 A fair CPU baseline: the tables are compile-time constants, int64 arithmetic as in the
 reference, one core. Its tokens are checked against the golden model before it is timed.
+With ``qkv_table``, it reads q, K[pos] and V[pos] from a table of every token and position
+(int8), as the engine does where that table is small: the same shortcut on both sides.
 """
 
 import os
@@ -35,13 +37,9 @@ static inline int64_t fdiv(int64_t a, int64_t b) {{ int64_t q = a / b; if ((a % 
 static int64_t K[C][D], Vc[C][D];
 
 static int step(int tok, int pos) {{
-    int64_t x[D], xi[D], q[D], ci[D], s1[D], hi[D], fi[DFF], oi[D], acc;
-    for (int e = 0; e < D; e++) {{ x[e] = EinA[tok * D + e] + PinA[pos * D + e]; xi[e] = c8(rq(x[e], R_QKV)); }}
-    for (int j = 0; j < D; j++) {{
-        int64_t a = 0, b = 0, c = 0;
-        for (int e = 0; e < D; e++) {{ a += xi[e] * Wq[e * D + j]; b += xi[e] * Wk[e * D + j]; c += xi[e] * Wv[e * D + j]; }}
-        q[j] = c8(rq(a, M_Q)); K[pos][j] = c8(rq(b, M_K)); Vc[pos][j] = c8(rq(c, M_V));
-    }}
+    int64_t x[D], q[D], ci[D], s1[D], hi[D], fi[DFF], oi[D], acc;
+    for (int e = 0; e < D; e++) x[e] = EinA[tok * D + e] + PinA[pos * D + e];
+{projections}
     for (int g = 0; g < H; g++) {{
         int64_t s[C], w[C], m = 0, den = 0;
         for (int j = 0; j <= pos; j++) {{
@@ -109,7 +107,31 @@ def _table(name, values):
     return f"static const int64_t {name}[{max(1, len(values))}] = {{{','.join(map(str, values))}}};"
 
 
-def c_source(model):
+COMPUTED = r"""
+    int64_t xi[D];
+    for (int e = 0; e < D; e++) xi[e] = c8(rq(x[e], R_QKV));
+    for (int j = 0; j < D; j++) {
+        int64_t a = 0, b = 0, c = 0;
+        for (int e = 0; e < D; e++) { a += xi[e] * Wq[e * D + j]; b += xi[e] * Wk[e * D + j]; c += xi[e] * Wv[e * D + j]; }
+        q[j] = c8(rq(a, M_Q)); K[pos][j] = c8(rq(b, M_K)); Vc[pos][j] = c8(rq(c, M_V));
+    }"""
+
+FROM_TABLE = r"""
+    const int8_t *row = QKV[tok * C + pos];
+    for (int j = 0; j < D; j++) { q[j] = row[j]; K[pos][j] = row[D + j]; Vc[pos][j] = row[2 * D + j]; }"""
+
+
+def _qkv_table(model):
+    from int8model.golden import projections
+    rows = []
+    for tok in range(model.vocab):
+        for pos in range(model.seq_len):
+            _, _, q, k, v = projections(model, tok, pos)
+            rows.append("{" + ",".join(str(int(value)) for value in (*q, *k, *v)) + "}")
+    return f"static const int8_t QKV[V * C][3 * D] = {{{','.join(rows)}}};"
+
+
+def c_source(model, qkv_table=False):
     w, r = model.weights, model.requant
     tables = [_table(name, w[key].ravel()) for name, key in
               (("Wq", "Wq"), ("Wk", "Wk"), ("Wv", "Wv"), ("Wo", "Wo"), ("W1", "W1"), ("W2", "W2"), ("Eq", "Eq"))]
@@ -118,21 +140,24 @@ def c_source(model):
     for key in ("r_qkv", "r_ffn", "r_out", "r_ctx", "r_hid", "M_q", "M_k", "M_v", "M_o", "M_h", "M_f", "M_score"):
         m, s = r[key]
         tables.append(f"#define {key.upper()} {m}LL, {s}")
+    if qkv_table:
+        tables.append(_qkv_table(model))
     return TEMPLATE.format(d=model.d_model, h=model.n_heads, hd=model.head_dim, dff=model.d_ff,
-                           v=model.vocab, c=model.seq_len, nlut=model.nlut, tables="\n".join(tables))
+                           v=model.vocab, c=model.seq_len, nlut=model.nlut, tables="\n".join(tables),
+                           projections=FROM_TABLE if qkv_table else COMPUTED)
 
 
 class CDecoder:
     """The compiled decoder of one model."""
 
-    def __init__(self, model, compiler=None):
+    def __init__(self, model, compiler=None, qkv_table=False):
         self.model = model
         compiler = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if compiler is None:
             raise RuntimeError("no C compiler found (set CC)")
         self.workdir = Path(tempfile.mkdtemp(prefix="cdecoder_"))
         source = self.workdir / "decoder.c"
-        source.write_text(c_source(model))
+        source.write_text(c_source(model, qkv_table))
         self.binary = self.workdir / "decoder"
         subprocess.run([compiler, "-O2", "-march=native", "-o", str(self.binary), str(source)], check=True)
 

@@ -3,8 +3,10 @@
 For the shipped model and seed-size random models, from one run: the engine's cycles per
 token counted in simulation (mean over a whole context) times the fmax of the built ULX3S-85F
 design; the golden NumPy model and a compiled C decoder on one core of this machine (its
-tokens checked against the golden model's); and the MAC-bound floor for the multipliers the
-engine uses; and the engine's prefill cycles per prompt token. Also writes a plot of cycles per token against position, and a table of cycles
+tokens checked against the golden model's), both as the reference computes and, where the
+engine reads q, k and v from a table of every token and position, with the same table; the
+MAC-bound floor for the multipliers the engine uses; and the engine's prefill cycles per
+prompt token. Also writes a plot of cycles per token against position, and a table of cycles
 per token for d_model 16, 32 and 64.
 """
 
@@ -19,7 +21,7 @@ import numpy as np
 
 from int8model import Golden, load
 from int8model.synthetic import random_model
-from hdl.engine import DEFAULT_WAYS, lanes_for
+from hdl.engine import DEFAULT_WAYS, lanes_for, qkv_table_fits
 from sim.cycles import floor_cycles, measure, measure_prefill
 
 from .c_decoder import CDecoder
@@ -37,8 +39,8 @@ def golden_us_per_token(model, prompt, repetitions=20):
     return (time.perf_counter() - started) / (repetitions * model.seq_len) * 1e6
 
 
-def c_ns_per_token(model, prompt):
-    decoder = CDecoder(model)
+def c_ns_per_token(model, prompt, qkv_table=False):
+    decoder = CDecoder(model, qkv_table=qkv_table)
     try:
         tokens, ns = decoder.run(prompt, repetitions=2000)
     finally:
@@ -78,12 +80,14 @@ def main(argv=None):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     ways = args.ways or DEFAULT_WAYS
+    table = None  # as the engine decides by size, unless the build report says
     if args.fmax:
         fmax, source = args.fmax, "given"
     elif args.report.exists():
         report = json.loads(args.report.read_text())
         fmax, source = report["fmax_mhz"], f"{args.report} ({report['device']}, {report['identity'][13:25]}…)"
         ways = args.ways or report.get("ways", 1)
+        table = report.get("qkv_table")
     else:
         print(f"error: no build report at {args.report}: run python -m hdl.build --board ulx3s first, "
               "or give --fmax", file=sys.stderr)
@@ -95,36 +99,44 @@ def main(argv=None):
         models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
     prompt = [1, 2, 3]
     print(f"fmax {fmax:.2f} MHz, from {source}; {ways} ways")
-    header = (f"{'model':24s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} {'engine tok/s':>12s} "
-              f"{'C us':>6s} {'C tok/s':>9s} {'NumPy us':>8s} {'engine/C':>8s} {'prefill cyc':>11s} "
-              f"{'prefill tok/s':>13s}")
+    print("C: the reference's arithmetic; C+table: q, k, v from the engine's table (where it has one)")
+    header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} "
+              f"{'engine tok/s':>12s} {'C us':>6s} {'C tok/s':>9s} {'C+table us':>10s} {'NumPy us':>8s} "
+              f"{'engine/C':>8s} {'engine/C+table':>14s} {'prefill cyc':>11s} {'prefill tok/s':>13s}")
     print(header)
     series = {}
     for label, model in models.items():
         lanes = lanes_for(model, ways)
-        cycles = measure(model, lanes, ways, name=f"bench_{model.sha256[:12]}_{ways}")
+        qkv_table = qkv_table_fits(model) if table is None else table
+        cycles = measure(model, lanes, ways, name=f"bench_{model.sha256[:12]}_{ways}_{int(qkv_table)}",
+                         qkv_table=qkv_table)
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
         engine_us = mean / fmax
         c_us = c_ns_per_token(model, prompt) / 1000
+        c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if qkv_table else c_us
         numpy_us = golden_us_per_token(model, prompt)
-        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{model.sha256[:12]}_{ways}")
+        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{model.sha256[:12]}_{ways}_{int(qkv_table)}",
+                                  qkv_table=qkv_table)
         prefill_mean = sum(prefill) / len(prefill)
-        print(f"{label:24s} {mean:10.1f} {floor_cycles(model, lanes, ways):6.1f} {engine_us:9.3f} "
-              f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {numpy_us:8.1f} {c_us / engine_us:8.2f}x "
+        print(f"{label:24s} {'table' if qkv_table else 'computed':>8s} {mean:10.1f} "
+              f"{floor_cycles(model, lanes, ways, qkv_table):6.1f} {engine_us:9.3f} "
+              f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {c_table_us:10.3f} {numpy_us:8.1f} "
+              f"{c_us / engine_us:7.2f}x {c_table_us / engine_us:13.2f}x "
               f"{prefill_mean:11.1f} {fmax * 1e6 / prefill_mean:13.0f}", flush=True)
     plot(args.out / "cycles_per_position.png", series)
     print(f"plot: {args.out / 'cycles_per_position.png'}")
 
     print(f"\ncycles per token by d_model (n_heads 4, d_ff = d_model, vocab 32, seq_len 32, {ways} ways, "
           f"lanes = d_model rounded up to a multiple of {ways})")
-    print(f"{'d_model':>7s} {'pos 0':>6s} {'pos 16':>6s} {'pos 31':>6s} {'mean':>7s} {'floor':>6s}")
+    print(f"{'d_model':>7s} {'q,k,v':>8s} {'pos 0':>6s} {'pos 16':>6s} {'pos 31':>6s} {'mean':>7s} {'floor':>6s}")
     for d in (16, 32, 64):
         model = random_model(np.random.default_rng(d), d, 4, d, 32, 32)
         lanes = lanes_for(model, ways)
-        cycles = measure(model, lanes, ways, name=f"bench_d{d}_{ways}")
-        print(f"{d:7d} {cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "
-              f"{floor_cycles(model, lanes, ways):6.1f}", flush=True)
+        qkv_table = qkv_table_fits(model)
+        cycles = measure(model, lanes, ways, name=f"bench_d{d}_{ways}_{int(qkv_table)}", qkv_table=qkv_table)
+        print(f"{d:7d} {'table' if qkv_table else 'computed':>8s} {cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} "
+              f"{sum(cycles) / len(cycles):7.1f} {floor_cycles(model, lanes, ways, qkv_table):6.1f}", flush=True)
     return 0
 
 

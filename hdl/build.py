@@ -48,7 +48,7 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None
     attention column (of the first cache bank; the others' are LUTs), two per head and bank,
     one per requant stage (two per epilogue) for the wide constant products.
     """
-    from .engine import DEFAULT_ATTENTION_ROWS, XI_TABLE_BYTES, QKV_TABLE_BYTES, qkv_table_depth, xi_table_depth
+    from .engine import DEFAULT_ATTENTION_ROWS, XI_TABLE_BYTES, qkv_table_depth, qkv_table_fits, xi_table_depth
     rows = attention_rows or DEFAULT_ATTENTION_ROWS
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
     groups = lambda cols: -(-cols // lanes)
@@ -61,7 +61,7 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None
         "scores": (seq_len, 24 * model.n_heads),
     }
     if qkv_table is None:
-        qkv_table = qkv_table_depth(model) * 3 * d <= QKV_TABLE_BYTES
+        qkv_table = qkv_table_fits(model)
     if qkv_table:
         memories["qkv_table"] = (qkv_table_depth(model), 3 * 8 * d)
     elif xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES:

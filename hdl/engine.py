@@ -17,7 +17,8 @@ from .matvec import MatVec
 from .requant import Rule
 
 __all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "XI_TABLE_BYTES", "xi_table_depth",
-           "QKV_TABLE_BYTES", "qkv_table_depth", "lanes_for", "command_layout", "status_layout"]
+           "QKV_TABLE_BYTES", "qkv_table_depth", "qkv_table_fits",
+           "lanes_for", "command_layout", "status_layout"]
 
 
 class Op(enum.IntEnum):
@@ -62,6 +63,11 @@ def qkv_table_depth(model):
     """Rows of the q, k, v table: a power-of-two stride per token, so that its address is a
     concatenation of token and position."""
     return model.vocab << (model.seq_len - 1).bit_length()
+
+
+def qkv_table_fits(model):
+    """Whether the engine reads q, k and v from a table by default (``QKV_TABLE_BYTES``)."""
+    return qkv_table_depth(model) * 3 * model.d_model <= QKV_TABLE_BYTES
 
 
 def lanes_for(model, ways):
@@ -136,9 +142,7 @@ class Engine(wiring.Component):
         self.model = model
         self.bounds = analyse(model)
         self.ways, self.lut_ways, self.attention_rows = ways, lut_ways, attention_rows
-        if qkv_table is None:
-            qkv_table = qkv_table_depth(model) * 3 * model.d_model <= QKV_TABLE_BYTES
-        self.qkv_table = bool(qkv_table)
+        self.qkv_table = qkv_table_fits(model) if qkv_table is None else bool(qkv_table)
         self.xi_table = not self.qkv_table and xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES
         d = model.d_model
         self.lanes = lanes or lanes_for(model, ways)

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from hdl.engine import DEFAULT_ATTENTION_ROWS, DEFAULT_WAYS, Engine, lanes_for
+from hdl.engine import DEFAULT_ATTENTION_ROWS, DEFAULT_WAYS, Engine, lanes_for, qkv_table_fits
 from int8model.format import load
 
 from .runner import BUILD_ROOT, run_bench
@@ -19,9 +19,11 @@ from .runner import BUILD_ROOT, run_bench
 __all__ = ["measure", "measure_prefill", "macs_per_token", "multipliers", "floor_cycles"]
 
 
-def macs_per_token(model, pos):
+def macs_per_token(model, pos, qkv_table=False):
+    """The MACs of the step at ``pos`` (without the QKV product's where q, k and v come
+    from a table): the matrices', attention's."""
     d, dff, vocab = model.d_model, model.d_ff, model.vocab
-    matrices = 4 * d * d + 2 * d * dff + vocab * d
+    matrices = (1 if qkv_table else 4) * d * d + 2 * d * dff + vocab * d
     attention = 2 * (pos + 1) * d
     return matrices, attention
 
@@ -32,13 +34,13 @@ def multipliers(model, lanes, ways, attention_rows=DEFAULT_ATTENTION_ROWS):
     return lanes * ways + model.d_model * attention_rows
 
 
-def mean_macs(model):
-    return sum(sum(macs_per_token(model, p)) for p in range(model.seq_len)) / model.seq_len
+def mean_macs(model, qkv_table=False):
+    return sum(sum(macs_per_token(model, p, qkv_table)) for p in range(model.seq_len)) / model.seq_len
 
 
-def floor_cycles(model, lanes, ways):
+def floor_cycles(model, lanes, ways, qkv_table=False):
     """The MAC-bound floor: mean MACs per token over a context, over the multipliers."""
-    return mean_macs(model) / multipliers(model, lanes, ways)
+    return mean_macs(model, qkv_table) / multipliers(model, lanes, ways)
 
 
 def _run(model, lanes, ways, name, prompt, quiet, qkv_table):
@@ -67,12 +69,12 @@ def measure_prefill(model, lanes, ways, name="prefill", quiet=True, qkv_table=No
     return [cycles[p] for p in range(model.seq_len - 1)]
 
 
-def summary(model, lanes, ways, cycles):
+def summary(model, lanes, ways, cycles, qkv_table=False):
     mean_cycles = sum(cycles) / len(cycles)
-    floor = floor_cycles(model, lanes, ways)
+    floor = floor_cycles(model, lanes, ways, qkv_table)
     return {
         "positions": {p: cycles[p] for p in sorted({0, model.seq_len // 2, model.seq_len - 1})},
-        "mean_cycles": mean_cycles, "mean_macs": mean_macs(model),
+        "mean_cycles": mean_cycles, "mean_macs": mean_macs(model, qkv_table),
         "multipliers": multipliers(model, lanes, ways), "floor": floor, "ratio": mean_cycles / floor,
     }
 
@@ -83,19 +85,23 @@ def main(argv=None):
     parser.add_argument("--ways", type=int, default=DEFAULT_WAYS,
                         help="elements a cycle between the units (default: %(default)s)")
     parser.add_argument("--lanes", type=int, help="MAC lanes (default: d_model rounded up to a multiple of --ways)")
+    parser.add_argument("--qkv-table", action=argparse.BooleanOptionalAction, default=None,
+                        help="q, k and v from a table of every token and position (default: where it is small)")
     args = parser.parse_args(argv)
     model = load(args.model)
     lanes = args.lanes or lanes_for(model, args.ways)
+    table = qkv_table_fits(model) if args.qkv_table is None else args.qkv_table
     print(model.identity_line)
-    cycles = measure(model, lanes, args.ways)
-    s = summary(model, lanes, args.ways, cycles)
-    print(f"{lanes} lanes x {args.ways} ways, multipliers in MACs {s['multipliers']}")
+    cycles = measure(model, lanes, args.ways, qkv_table=table)
+    s = summary(model, lanes, args.ways, cycles, table)
+    print(f"{lanes} lanes x {args.ways} ways, multipliers in MACs {s['multipliers']}, "
+          f"q, k, v {'from a table' if table else 'computed'}")
     for pos, count in s["positions"].items():
         print(f"position {pos:4d}: {count} cycles")
     print(f"mean over {model.seq_len} positions: {s['mean_cycles']:.1f} cycles per token")
     print(f"MAC-bound floor: {s['mean_macs']:.0f} MACs / {s['multipliers']} multipliers = "
           f"{s['floor']:.1f} cycles; engine at {s['ratio']:.2f}x the floor")
-    prefill = measure_prefill(model, lanes, args.ways)
+    prefill = measure_prefill(model, lanes, args.ways, qkv_table=table)
     print(f"prefill (a prompt's tokens but its last): {min(prefill)}..{max(prefill)} cycles, "
           f"mean {sum(prefill) / len(prefill):.1f} per token")
     return 0

@@ -8,8 +8,8 @@ from int8model import Golden, load
 from int8model.synthetic import random_model
 
 
-def check(model, prompt):
-    decoder = CDecoder(model)
+def check(model, prompt, qkv_table=False):
+    decoder = CDecoder(model, qkv_table=qkv_table)
     try:
         tokens, ns = decoder.run(prompt)
     finally:
@@ -19,8 +19,9 @@ def check(model, prompt):
     assert ns > 0
 
 
-def test_shipped_model():
-    check(load("models/zen32.json"), [3, 1, 4])
+@pytest.mark.parametrize("qkv_table", [False, True], ids=["computed", "qkv_table"])
+def test_shipped_model(qkv_table):
+    check(load("models/zen32.json"), [3, 1, 4], qkv_table)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -29,4 +30,4 @@ def test_random_models(seed):
     shape = [(8, 2, 12, 5, 8), (16, 4, 24, 40, 16), (32, 4, 32, 32, 32), (64, 8, 96, 50, 16),
              (24, 3, 16, 7, 12), (16, 1, 8, 256, 10)][seed]
     model = random_model(rng, *shape, extreme=seed % 2 == 1)
-    check(model, rng.integers(0, shape[3], size=3).tolist())
+    check(model, rng.integers(0, shape[3], size=3).tolist(), qkv_table=seed % 3 == 0)
