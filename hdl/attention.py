@@ -62,6 +62,7 @@ class Attention(wiring.Component):
     # issue → gap operand → × M_score (two cycles when cut) → index → LUT/V read → operands
     # → products → num
     WEIGHT_LATENCY = 6
+    SCORES_IN_LUTS = 32  # groups: the deepest score memory kept in LUT RAM
 
     def __init__(self, model, bounds, *, ways=1, rows=1):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
@@ -135,8 +136,11 @@ class Attention(wiring.Component):
         # -- Phase 1: scores, a group of rows a cycle: each bank's in its own score memory.
         score_layout = data.ArrayLayout(signed(self.score_bits), heads)
         score_writes, score_reads = [], []
+        # In LUT RAM where it is shallow: its registered output then starts the gap's path, where
+        # a block RAM's slow output would (the critical path of an earlier build).
+        style = {"ram_style": "distributed"} if self.groups <= self.SCORES_IN_LUTS else {}
         for r in range(rows):
-            store = memory.Memory(shape=score_layout, depth=self.groups, init=[])
+            store = memory.Memory(shape=score_layout, depth=self.groups, init=[], attrs=style)
             m.submodules[f"scores{r}"] = store
             score_writes.append(store.write_port())
             # One cycle of latency; transparent, as the weight phase may read group 0 in the

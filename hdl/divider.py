@@ -17,7 +17,9 @@ class FloorDivider(wiring.Component):
     values, so it lies between the smallest and the largest of them), which bounds the work:
     the numerator is offset by ``quotient.lo · den`` to be non-negative, and a restoring
     division finds the ``ceil_log2(quotient.hi − quotient.lo + 1)`` quotient bits,
-    ``bits_per_stage`` per pipeline stage (two trial subtractions in a row fit a cycle).
+    ``bits_per_stage`` per pipeline stage. A stage tries every digit side by side (for two
+    bits, ``rem − c · den`` for c in 1, 2, 3, with ``3 · den`` made once at the input): one
+    subtraction deep, not one per bit.
 
     Parameters
     ----------
@@ -63,33 +65,39 @@ class FloorDivider(wiring.Component):
         advance = Signal()
         m.d.comb += [advance.eq(~out.i.valid | out.i.ready), self.i.ready.eq(advance)]
 
+        # The multiples of den a stage tries, c · den for c in 1 .. 2^bits_per_stage − 1.
+        digits = range(1, 1 << self.bits_per_stage)
+        multiple_bits = Bound(0, digits[-1] * self.den_bound.hi).bits
         stage = data.StructLayout({
-            "valid": 1, "rem": signed(self.rem_bits + 1), "den": signed(self.den_bits),
+            "valid": 1, "rem": signed(self.rem_bits + 1),
+            "multiples": data.ArrayLayout(signed(multiple_bits), len(digits)),
             "quotient": unsigned(self.steps), "tag": self.tag_shape})
         first = Signal(stage)
         with m.If(advance):
             m.d.sync += [
                 first.valid.eq(self.i.valid),
                 first.rem.eq(self.i.payload.num - self.quotient_bound.lo * self.i.payload.den),
-                first.den.eq(self.i.payload.den),
+                *(first.multiples[c - 1].eq(c * self.i.payload.den) for c in digits),
                 first.quotient.eq(0),
                 first.tag.eq(self.i.payload.tag),
             ]
         previous = first
         bits = list(reversed(range(self.steps)))
         for at in range(0, len(bits), self.bits_per_stage):
-            rem, quotient = previous.rem, previous.quotient
-            for bit in bits[at:at + self.bits_per_stage]:
-                trial = rem - (previous.den << bit)
-                fits = trial >= 0
-                rem, quotient = Mux(fits, trial, rem), quotient | (fits << bit)
+            low = bits[at:at + self.bits_per_stage][-1]  # the stage's digit weighs 2^low
+            width = len(bits[at:at + self.bits_per_stage])
+            # rem < 2^(low + width) · den: the digit is the largest c whose trial is not negative.
+            rem, digit = previous.rem, 0
+            for c in range(1, 1 << width):
+                trial = previous.rem - (previous.multiples[c - 1] << low)
+                rem, digit = Mux(trial >= 0, trial, rem), Mux(trial >= 0, c, digit)
             after = Signal(stage, name=f"bit{bits[at]}")
             with m.If(advance):
                 m.d.sync += [
                     after.valid.eq(previous.valid),
                     after.rem.eq(rem),
-                    after.den.eq(previous.den),
-                    after.quotient.eq(quotient),
+                    after.multiples.eq(previous.multiples),
+                    after.quotient.eq(previous.quotient | (digit << low)),
                     after.tag.eq(previous.tag),
                 ]
             previous = after
