@@ -78,8 +78,11 @@ class Attention(wiring.Component):
         self.gap_bits = bounds["score_gap"].bits
         # The gaps are clamped where the LUT index stops changing: the M_score product is
         # then narrower (one multiplier, one cycle, for the seed-size model).
-        self.gap_limit = saturating_gap(self.score_rule, len(self.exp_lut), bounds["score_gap"].hi)
-        self.gap_stages = product_stages(max(1, self.gap_limit.bit_length()), signed=False)
+        # Any clamp at or above that point reads the same entries: the next all-ones value is
+        # judged on the gap's high bits alone, with no comparison after the subtraction.
+        self.gap_operand_bits = max(1, saturating_gap(self.score_rule, len(self.exp_lut),
+                                                      bounds["score_gap"].hi).bit_length())
+        self.gap_stages = product_stages(self.gap_operand_bits, signed=False)
         self.weight_bits = bounds["weights"].bits
         self.operand_bits = max(8, self.weight_bits)
         super().__init__({
@@ -204,8 +207,9 @@ class Attention(wiring.Component):
                 # The gap from the maximum, clamped, into the multiplier's operand register.
                 gap = Signal(unsigned(max(1, self.gap_bits)), name=f"gap{r}_{g}")
                 m.d.comb += gap.eq(peak[g] - score_reads[r].data[g])
-                operand = Signal(range(self.gap_limit + 1), name=f"gap_operand{r}_{g}")
-                m.d.sync += operand.eq(Mux(gap > self.gap_limit, self.gap_limit, gap))
+                k = self.gap_operand_bits
+                operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
+                m.d.sync += operand.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
                 scaled = split_product(m, operand, Const(self.score_rule.multiplier), 1,
                                        b["score_gap*M_score"].bits, f"scaled{r}_{g}")
                 index = scaled >> self.score_rule.shift

@@ -274,19 +274,21 @@ class MatVec(wiring.Component):
         # The lanes' enables, registered for the same reason.
         accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last
         load = Signal()        # advance & finishing: the group's sums go to the output buffer
-        first = Signal()       # multiplied.first: a group's first word starts the sum afresh
+        # multiplied.first: a group's first word starts the sum afresh. It selects in every
+        # lane's adder: a copy per REPLICA_LANES lanes, each near its lanes.
+        first = replicas(unsigned(1), -(-lanes // self.REPLICA_LANES), "lanes_first")
         m.d.sync += [
             out_free.eq(next_out_free),
             advance.eq(next_advance),
             accumulate.eq(next_advance & next_valid & ~next_last),
             load.eq(next_finishing & next_out_free),
-            first.eq(Mux(advance, operands.first, multiplied.first)),
+            *(copy.eq(Mux(advance, operands.first, multiplied.first)) for copy in first),
         ]
 
         accumulating = global_net(m, platform, accumulate, "lanes_accumulate")
         loading = global_net(m, platform, load, "lanes_load")
-        for acc, out, lane_terms in zip(accumulators, outputs, terms):
-            result = tree_sum(lane_terms + [Mux(first, 0, acc)])
+        for lane, (acc, out, lane_terms) in enumerate(zip(accumulators, outputs, terms)):
+            result = tree_sum(lane_terms + [Mux(first[lane // self.REPLICA_LANES], 0, acc)])
             with m.If(accumulating):
                 m.d.sync += acc.eq(result)
             with m.If(loading):

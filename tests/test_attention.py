@@ -60,7 +60,8 @@ def test_single_entry_lut_and_negative_score_scale():
     (2**40 - 1, 63, 256, 2**20),
 ])
 def test_gaps_saturate_where_the_index_stops_changing(multiplier, shift, nlut, most):
-    """Clamping the gap there reads the same exp entry for every gap, and no lower clamp would."""
+    """Clamping the gap there (or higher) reads the same exp entry for every gap, and no lower
+    clamp would."""
     from hdl.attention import saturating_gap
     from hdl.requant import Rule
     from int8model.golden import rq
@@ -72,3 +73,6 @@ def test_gaps_saturate_where_the_index_stops_changing(multiplier, shift, nlut, m
     assert all(index(min(g, limit)) == index(g) for g in gaps)
     if 0 < limit < most:
         assert index(limit - 1) != index(most)
+    # The hardware clamps at the next all-ones value (judged on the high bits): the same.
+    ones = (1 << max(1, limit.bit_length())) - 1
+    assert ones >= limit and all(index(min(g, ones)) == index(g) for g in gaps)
