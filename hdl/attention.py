@@ -52,16 +52,16 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles from taking the query to the first ``ci``
+    Latency: ``2·ceil((pos + 1) / rows) + 17`` cycles from taking the query to the first ``ci``
     (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
 
     SCORE_LATENCY = 5   # issue → row address → K row → operands → products → head sums, written
-    # issue → gap operand → × M_score (two cycles when cut) → index → LUT/V read → operands
-    # → products → num
-    WEIGHT_LATENCY = 6
+    # issue → gap operand → × M_score (two cycles when cut) → index into the LUT's read, V read
+    # → operands → products → num
+    WEIGHT_LATENCY = 5
     SCORES_IN_LUTS = 32  # groups: the deepest score memory kept in LUT RAM
 
     def __init__(self, model, bounds, *, ways=1, rows=1):
@@ -195,8 +195,9 @@ class Attention(wiring.Component):
             if later is not None:
                 m.d.sync += later.eq(early)
         # The stage in which the exp table's entries (and the V rows) arrive: after the score
-        # read, the gap operand, the product (two cycles when cut) and the index.
-        lut_stage = 3 + self.gap_stages
+        # read, the gap operand, and the product (two cycles when cut), whose index the LUT's
+        # read port registers.
+        lut_stage = 2 + self.gap_stages
 
         m.submodules.exp_lut = lut = memory.Memory(
             shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
@@ -214,15 +215,14 @@ class Attention(wiring.Component):
                                        b["score_gap*M_score"].bits, f"scaled{r}_{g}")
                 index = scaled >> self.score_rule.shift
                 clamped = Signal(range(nlut), name=f"lut_index{r}_{g}")
-                m.d.sync += clamped.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
+                m.d.comb += clamped.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
                 port = lut.read_port()  # one cycle of latency: lands with the V row
                 m.d.comb += port.addr.eq(clamped)
                 # A row past pos weighs nothing: it adds to neither den nor num.
                 weights[r].append(Mux(w_rows[lut_stage][r], port.data, 0))
 
         # The cache's address is registered (it reaches every block RAM of the cache): K rows
-        # arrive two cycles after their issue; V rows in step with the LUT, whose addresses
-        # both leave in the fifth cycle.
+        # arrive two cycles after their issue; V rows in step with the LUT's entries.
         m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[lut_stage - 2]))
         for r in range(rows):
             for e in range(d):

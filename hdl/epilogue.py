@@ -53,10 +53,9 @@ class Epilogue(wiring.Component):
 
     Its input must come from registers (in the engine: the routed register slice).
 
-    Latency: a requant 2 cycles, 3 for a value wider than a multiplier's 18 bits (the first,
-    for the seed-size model; the last takes the narrower residual stream), the residual 1:
-    6 cycles for ``O``, ``H`` and ``F``, 3 for ``EMBED``, 3 for ``Q``, ``K`` and ``V``;
-    throughput one value per cycle.
+    Latency: a requant 2 cycles (also for a value wider than a multiplier's 18 bits), the
+    residual 1: 5 cycles for ``O``, ``H`` and ``F``, 3 for ``EMBED``, 2 for ``Q``, ``K`` and
+    ``V``; throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):

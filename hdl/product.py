@@ -8,8 +8,8 @@ in the next cycle.
 
 from amaranth.hdl import Mux, Signal, signed
 
-__all__ = ["MULTIPLIER_BITS", "product_stages", "split_product", "nibble_products", "registered_product",
-           "tree_sum"]
+__all__ = ["MULTIPLIER_BITS", "product_stages", "product_terms", "split_product", "nibble_products",
+           "registered_product", "tree_sum"]
 
 MULTIPLIER_BITS = 18
 LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
@@ -21,14 +21,15 @@ def product_stages(a_bits, signed=True):
     return 1 if a_bits + (0 if signed else 1) <= MULTIPLIER_BITS else 2
 
 
-def split_product(m, a, b, enable, width, name):
-    """The product ``a · b`` in a register ``product_stages`` cycles later (moving on
-    ``enable``); ``b`` must fit a multiplier."""
-    product = Signal(signed(width), name=name)
+def product_terms(m, a, b, enable, width, name):
+    """``a · b`` as the registers, one cycle later (moving on ``enable``), whose sum it is: the
+    product, or its two halves where ``a`` is wider than a multiplier (to be added where the
+    product is used). ``b`` must fit a multiplier."""
     if product_stages(len(a), a.shape().signed) == 1:
+        product = Signal(signed(width), name=name)
         with m.If(enable):
             m.d.sync += product.eq(a * b)
-        return product
+        return [product]
     high_part = a[LOW_BITS:].as_signed() if a.shape().signed else a[LOW_BITS:]
     if len(high_part) <= SHIFT_ADD_BITS:
         # A few high bits: a sum of shifted copies of `b` costs less than a multiplier.
@@ -41,8 +42,19 @@ def split_product(m, a, b, enable, width, name):
     low = Signal(signed(LOW_BITS + len(b) + 1), name=f"{name}_low")
     high = Signal(signed(width), name=f"{name}_high")
     with m.If(enable):
-        m.d.sync += [low.eq(a[:LOW_BITS] * b), high.eq(high_product),
-                     product.eq((high << LOW_BITS) + low)]
+        m.d.sync += [low.eq(a[:LOW_BITS] * b), high.eq(high_product)]
+    return [low, high << LOW_BITS]
+
+
+def split_product(m, a, b, enable, width, name):
+    """The product ``a · b`` in a register ``product_stages`` cycles later (moving on
+    ``enable``); ``b`` must fit a multiplier."""
+    terms = product_terms(m, a, b, enable, width, name)
+    if len(terms) == 1:
+        return terms[0]
+    product = Signal(signed(width), name=f"{name}_sum")
+    with m.If(enable):
+        m.d.sync += product.eq(terms[0] + terms[1])
     return product
 
 

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from int8model.bounds import Bound, signed_bits
 
 from .fifo import SkidBuffer
-from .product import product_stages, split_product
+from .product import product_terms
 
 __all__ = ["Rule", "Requant"]
 
@@ -78,8 +78,9 @@ class Requant(wiring.Component):
         ``value`` is signed, as wide as the widest result of any rule; ``tag`` and ``select``
         pass through, so that units in a chain can share one rule index.
 
-    Latency 3 cycles (4 for inputs wider than a multiplier's 18 bits: see :mod:`.product`;
-    2 where every rule's multiplier is a power of two or 0; one less with ``registered_input``),
+    Latency 3 cycles (2 where every rule's multiplier is a power of two or 0; one less with
+    ``registered_input``), also for inputs wider than a multiplier's 18 bits, whose product's
+    two halves (see :mod:`.product`) are added in the last stage,
     throughput one value per cycle; a stalled output holds the whole pipeline
     (after one more value, which waits in the output's register slice).
     """
@@ -141,16 +142,18 @@ class Requant(wiring.Component):
             with m.If(advance):
                 m.d.sync += stage1
 
-        # Stage 2 (and 2b for an input wider than a multiplier): the exact product; none where
-        # every multiplier is a power of two (or 0): the product is then a shift, in logic.
+        # Stage 2: the exact product (for an input wider than a multiplier, its two halves);
+        # none where every multiplier is a power of two (or 0): the product is then a shift.
         select2, tag2, valid2 = select1, tag1, valid1
+        product = Signal(signed(self.product_bits))
         if self.shift_only:
-            product = Array(value << (r.multiplier.bit_length() - 1) if r.multiplier else Const(0)
-                            for r in rules)[select1]
+            m.d.comb += product.eq(Array(value << (r.multiplier.bit_length() - 1) if r.multiplier else Const(0)
+                                         for r in rules)[select1])
             product_cycles = 0
         else:
-            product = split_product(m, value, multiplier, advance, self.product_bits, "product")
-            product_cycles = product_stages(self.in_bits)
+            terms = product_terms(m, value, multiplier, advance, self.product_bits, "product")
+            m.d.comb += product.eq(sum(terms[1:], terms[0]))
+            product_cycles = 1
         # The rule, tag and valid flag follow the product, as many cycles later.
         for stage in range(product_cycles):
             later = (Signal.like(select1, name=f"select2_{stage}"),
@@ -159,14 +162,17 @@ class Requant(wiring.Component):
                 m.d.sync += [later[0].eq(select2), later[1].eq(tag2), later[2].eq(valid2)]
             select2, tag2, valid2 = later
 
-        # Stage 3: the rule's shift (a constant per rule, so a multiplexer, not a shifter) and,
-        # beside it rather than after it, the rule's clamps judged on the product itself
-        # (`(p >> s) > 127` is `p >= 128 << s`); then a register slice, so that the pipeline's
-        # enable comes from registers and the consumer's readiness goes no further than the slice.
+        # Stage 3: the halves' sum, the rule's shift (a constant per rule, so a multiplexer, not a
+        # shifter) and, beside it, the rule's clamps judged on the product's bits, with no
+        # comparison: `p >> s` is at least 128 when p is positive and a bit from s + 7 up is
+        # set, below −128 when p is negative and one is clear. Then a register slice, so that
+        # the pipeline's enable comes from registers and the consumer's readiness goes no
+        # further than the slice.
+        negative = product[-1]
         shifted = Array(product >> rule.shift for rule in rules)[select2]
-        to_zero = Array(Const(rule.relu) & (product < 0) for rule in rules)[select2]
-        to_high = Array(Const(rule.saturate) & (product >= (128 << rule.shift)) for rule in rules)[select2]
-        to_low = Array(Const(rule.saturate) & (product < (-128 << rule.shift)) for rule in rules)[select2]
+        to_zero = Array(Const(rule.relu) & negative for rule in rules)[select2]
+        to_high = Array(Const(rule.saturate) & ~negative & product[rule.shift + 7:].any() for rule in rules)[select2]
+        to_low = Array(Const(rule.saturate) & negative & ~product[rule.shift + 7:].all() for rule in rules)[select2]
         result = Mux(to_zero, 0, Mux(to_high, 127, Mux(to_low, -128, shifted)))
         m.submodules.slice = out = SkidBuffer(self.o.payload.shape())
         wiring.connect(m, out.o, wiring.flipped(self.o))

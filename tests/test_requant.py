@@ -83,14 +83,20 @@ def test_powers_of_two(registered_input):
         SHIFT_ONLY, seed=5, count=1000, registered_input=registered_input)
 
 
-@pytest.mark.parametrize("rules, registered_input, cycles", [
-    (SHIFT_ONLY, True, 1), (SHIFT_ONLY, False, 2),
-    ([Rule(3, 1)], True, 2), ([Rule(3, 1)], False, 3), (SHIFT_ONLY + [Rule(3, 1)], True, 2),
-])
-def test_latency(rules, registered_input, cycles):
-    """Cycles from a value taken to its result offered, with the output always ready."""
+NARROW, WIDE = Bound(-1000, 1000), Bound(-2**21, 2**21 - 1)  # WIDE: a product cut in two
+
+
+@pytest.mark.parametrize("bound, rules, registered_input, cycles", [
+    (NARROW, SHIFT_ONLY, True, 1), (NARROW, SHIFT_ONLY, False, 2),
+    (NARROW, [Rule(3, 1)], True, 2), (NARROW, [Rule(3, 1)], False, 3), (NARROW, SHIFT_ONLY + [Rule(3, 1)], True, 2),
+    (WIDE, [Rule(3, 1)], True, 2), (WIDE, [Rule(3, 1)], False, 3),
+], ids=lambda v: None if not isinstance(v, Bound) else ("wide" if v is WIDE else "narrow"))
+def test_latency(bound, rules, registered_input, cycles):
+    """Cycles from a value taken to its result offered, with the output always ready: a
+    product cut in two adds its halves in the last stage, as it clamps."""
     from amaranth.sim import Simulator
-    unit = Requant(Bound(-1000, 1000), rules, registered_input=registered_input)
+    unit = Requant(bound, rules, registered_input=registered_input)
+    assert unit.in_bits == (22 if bound is WIDE else 11)
     seen = []
 
     async def bench(ctx):
