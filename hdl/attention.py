@@ -4,6 +4,7 @@ from amaranth.lib.wiring import In, Out
 
 from .argmax import first_maximum
 from .divider import FloorDivider
+from .fanout import replicas
 from .kv_cache import CacheRead
 from .product import product_stages, registered_product, split_product, tree_sum
 from .requant import Requant, Rule
@@ -62,7 +63,7 @@ class Attention(wiring.Component):
     # issue → gap operand → × M_score (two cycles when cut) → index into the LUT's read, V read
     # → operands → products → num
     WEIGHT_LATENCY = 5
-    SCORES_IN_LUTS = 32  # groups: the deepest score memory kept in LUT RAM
+    SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
 
     def __init__(self, model, bounds, *, ways=1, rows=1):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
@@ -138,17 +139,30 @@ class Attention(wiring.Component):
 
         # -- Phase 1: scores, a group of rows a cycle: each bank's in its own score memory.
         score_layout = data.ArrayLayout(signed(self.score_bits), heads)
-        score_writes, score_reads = [], []
-        # In LUT RAM where it is shallow: its registered output then starts the gap's path, where
-        # a block RAM's slow output would (the critical path of an earlier build).
-        style = {"ram_style": "distributed"} if self.groups <= self.SCORES_IN_LUTS else {}
+        # A memory per bank and head. Its read has one cycle of latency, and is transparent, as
+        # the weight phase may read group 0 in the cycle its scores are written (see SCORE_DRAIN).
+        # Where it is shallow, it is LUT RAM read as it is, from an address register of its own
+        # placed beside it: the same read, without a far shared address (or a block RAM's slow
+        # output) at the start of the gap's path (the critical path of earlier builds).
+        shallow = self.groups <= self.SCORES_IN_LUTS
+        score_writes = [[] for _ in range(rows)]
+        score_data = [[] for _ in range(rows)]
         for r in range(rows):
-            store = memory.Memory(shape=score_layout, depth=self.groups, init=[], attrs=style)
-            m.submodules[f"scores{r}"] = store
-            score_writes.append(store.write_port())
-            # One cycle of latency; transparent, as the weight phase may read group 0 in the
-            # cycle its scores are written (see SCORE_DRAIN).
-            score_reads.append(store.read_port(transparent_for=(score_writes[-1],)))
+            for g in range(heads):
+                store = memory.Memory(shape=signed(self.score_bits), depth=self.groups, init=[],
+                                      attrs={"ram_style": "distributed"} if shallow else {})
+                m.submodules[f"scores{r}_{g}"] = store
+                write = store.write_port()
+                if shallow:
+                    address = replicas(range(self.groups), 1, f"score_address{r}_{g}")[0]
+                    m.d.sync += address.eq(group)
+                    read = store.read_port(domain="comb")
+                    m.d.comb += read.addr.eq(address)
+                else:
+                    read = store.read_port(transparent_for=(write,))
+                    m.d.comb += read.addr.eq(group)
+                score_writes[r].append(write)
+                score_data[r].append(read.data)
         peak = Signal(score_layout)
 
         s_valid = Signal(self.SCORE_LATENCY)
@@ -166,9 +180,9 @@ class Attention(wiring.Component):
                 m.d.sync += head_sums[r][g].eq(tree_sum([t for e in range(g * hd, (g + 1) * hd)
                                                          for t in products[r][e]]))
             m.d.comb += [
-                score_writes[r].addr.eq(s_group[4]),
-                score_writes[r].data.eq(head_sums[r]),
-                score_writes[r].en.eq(s_valid[4]),
+                *(write.addr.eq(s_group[4]) for write in score_writes[r]),
+                *(write.data.eq(head_sums[r][g]) for g, write in enumerate(score_writes[r])),
+                *(write.en.eq(s_valid[4]) for write in score_writes[r]),
             ]
         with m.If(s_valid[4]):
             for g in range(heads):
@@ -203,11 +217,10 @@ class Attention(wiring.Component):
             shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
         weights = [[] for _ in range(rows)]
         for r in range(rows):
-            m.d.comb += score_reads[r].addr.eq(group)
             for g in range(heads):
                 # The gap from the maximum, clamped, into the multiplier's operand register.
                 gap = Signal(unsigned(max(1, self.gap_bits)), name=f"gap{r}_{g}")
-                m.d.comb += gap.eq(peak[g] - score_reads[r].data[g])
+                m.d.comb += gap.eq(peak[g] - score_data[r][g])
                 k = self.gap_operand_bits
                 operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
                 m.d.sync += operand.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
