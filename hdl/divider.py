@@ -1,4 +1,4 @@
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -15,11 +15,12 @@ class FloorDivider(wiring.Component):
 
     The quotient's range is known in advance (the softmax's context is a weighted mean of int8
     values, so it lies between the smallest and the largest of them), which bounds the work:
-    the numerator is offset by ``quotient.lo · den`` to be non-negative, and a restoring
-    division finds the ``ceil_log2(quotient.hi − quotient.lo + 1)`` quotient bits,
+    the numerator is offset by ``offset · den`` to be non-negative (``offset`` the power of two,
+    or 0, at or below ``quotient.lo``: a shift, not a product), and a restoring division finds
+    the ``ceil_log2(quotient.hi − offset + 1)`` quotient bits,
     ``bits_per_stage`` per pipeline stage. A stage tries every digit side by side (for two
-    bits, ``rem − c · den`` for c in 1, 2, 3, with ``3 · den`` made once at the input): one
-    subtraction deep, not one per bit.
+    bits, ``rem − c · den`` for c in 1, 2, 3, with ``3 · den`` added up once at the input): one
+    subtraction deep, not one per bit. No multiplier: every product by a constant is shifts.
 
     Parameters
     ----------
@@ -41,8 +42,8 @@ class FloorDivider(wiring.Component):
         if den_bound.lo <= 0:
             raise ValueError(f"the denominator must be positive, not as low as {den_bound.lo}")
         self.num_bound, self.den_bound, self.quotient_bound = num_bound, den_bound, quotient_bound
-        span = quotient_bound.hi - quotient_bound.lo
-        self.steps = max(1, ceil_log2(span + 1))
+        self.offset = 0 if quotient_bound.lo >= 0 else -(1 << ceil_log2(-quotient_bound.lo))
+        self.steps = max(1, ceil_log2(quotient_bound.hi - self.offset + 1))
         self.den_bits = den_bound.bits
         # The offset numerator, always below 2**steps · den.
         self.rem_bits = Bound(0, (1 << self.steps) * den_bound.hi).bits
@@ -68,6 +69,10 @@ class FloorDivider(wiring.Component):
         # The multiples of den a stage tries, c · den for c in 1 .. 2^bits_per_stage − 1.
         digits = range(1, 1 << self.bits_per_stage)
         multiple_bits = Bound(0, digits[-1] * self.den_bound.hi).bits
+        den = self.i.payload.den
+
+        def times(c):  # c · den as a sum of shifted copies: Yosys would spend a DSP block on it
+            return sum((den << i for i in range(c.bit_length()) if c >> i & 1), Const(0))
         stage = data.StructLayout({
             "valid": 1, "rem": signed(self.rem_bits + 1),
             "multiples": data.ArrayLayout(signed(multiple_bits), len(digits)),
@@ -76,8 +81,8 @@ class FloorDivider(wiring.Component):
         with m.If(advance):
             m.d.sync += [
                 first.valid.eq(self.i.valid),
-                first.rem.eq(self.i.payload.num - self.quotient_bound.lo * self.i.payload.den),
-                *(first.multiples[c - 1].eq(c * self.i.payload.den) for c in digits),
+                first.rem.eq(self.i.payload.num + times(-self.offset)),
+                *(first.multiples[c - 1].eq(times(c)) for c in digits),
                 first.quotient.eq(0),
                 first.tag.eq(self.i.payload.tag),
             ]
@@ -103,7 +108,7 @@ class FloorDivider(wiring.Component):
             previous = after
         m.d.comb += [
             out.i.valid.eq(previous.valid),
-            out.i.payload.value.eq(previous.quotient + self.quotient_bound.lo),
+            out.i.payload.value.eq(previous.quotient + self.offset),
             out.i.payload.tag.eq(previous.tag),
         ]
         return m

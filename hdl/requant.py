@@ -31,8 +31,16 @@ class Rule:
     def product_bound(self, bound):
         return bound.times(self.multiplier)
 
-    def result_bound(self, bound):
-        out = self.product_bound(bound) >> self.shift
+    def sum_bound(self, bound, addend=None):
+        """The range of ``x · multiplier + (addend << shift)``: adding ``addend`` after the shift
+        is adding it, shifted up, before (its low bits are zero, so the floor is the same)."""
+        addend = addend or Bound(0, 0)
+        return self.product_bound(bound) + Bound(addend.lo << self.shift, addend.hi << self.shift)
+
+    def result_bound(self, bound, addend=None):
+        """The results' range for inputs in ``bound`` (each with an ``addend`` in its range,
+        added after the shift)."""
+        out = self.sum_bound(bound, addend) >> self.shift
         if self.relu:
             out = out.clamp(0, max(out.hi, 0))
         if self.saturate:
@@ -69,11 +77,17 @@ class Requant(wiring.Component):
         The input's payload and valid come straight from registers (a producer's pipeline
         register or register slice): the multiplier then takes them as they are, a cycle
         earlier, instead of registering them first.
+    addend_bounds : list of :class:`~int8model.bounds.Bound` or ``None``, one per rule
+        Where given, each input carries an ``addend``, added to the result after the shift and
+        before the ReLU and the clamps: ``clamp((x · M >> S) + addend)``, in the same stages
+        (added before the shift, shifted up). The range of the addends of that rule's inputs
+        (``None``: it adds none, and its inputs' addend must be 0).
 
     Ports
     -----
     i : ``In(stream.Signature(StructLayout({"value", "tag", "select"})))``
-        ``select`` (the rule) only where there is more than one rule.
+        ``select`` (the rule) only where there is more than one rule; ``addend`` only with
+        ``addend_bounds``.
     o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``
         ``value`` is signed, as wide as the widest result of any rule; ``tag`` and ``select``
         pass through, so that units in a chain can share one rule index.
@@ -85,7 +99,7 @@ class Requant(wiring.Component):
     (after one more value, which waits in the output's register slice).
     """
 
-    def __init__(self, in_bound, rules, *, tag_shape=unsigned(0), registered_input=False):
+    def __init__(self, in_bound, rules, *, tag_shape=unsigned(0), registered_input=False, addend_bounds=None):
         self.registered_input = registered_input
         self.rules = list(rules)
         if not self.rules:
@@ -98,8 +112,12 @@ class Requant(wiring.Component):
             raise ValueError(f"{len(rule_bounds)} input bounds for {len(self.rules)} rules")
         self.in_bound = Bound(min(b.lo for b in rule_bounds), max(b.hi for b in rule_bounds))
         self.in_bits = self.in_bound.bits
-        self.product_bits = max(rule.product_bound(b).bits for rule, b in zip(self.rules, rule_bounds))
-        results = [rule.result_bound(b) for rule, b in zip(self.rules, rule_bounds)]
+        self.addend_bounds = list(addend_bounds) if addend_bounds is not None else None
+        if self.addend_bounds is not None and len(self.addend_bounds) != len(self.rules):
+            raise ValueError(f"{len(self.addend_bounds)} addend bounds for {len(self.rules)} rules")
+        addends = self.addend_bounds or [None] * len(self.rules)
+        self.product_bits = max(rule.sum_bound(b, a).bits for rule, b, a in zip(self.rules, rule_bounds, addends))
+        results = [rule.result_bound(b, a) for rule, b, a in zip(self.rules, rule_bounds, addends)]
         self.out_bound = Bound(min(r.lo for r in results), max(r.hi for r in results))
         self.out_bits = self.out_bound.bits
         self.multiplier_bits = max(signed_bits(r.multiplier, r.multiplier) for r in self.rules)
@@ -108,6 +126,8 @@ class Requant(wiring.Component):
         inputs = {"value": signed(self.in_bits), "tag": tag_shape}
         if len(self.rules) > 1:
             inputs["select"] = range(len(self.rules))
+        if self.addend_bounds is not None:
+            inputs["addend"] = signed(max((a or Bound(0, 0)).bits for a in self.addend_bounds))
         super().__init__({
             "i": In(stream.Signature(data.StructLayout(inputs))),
             "o": Out(stream.Signature(data.StructLayout(
@@ -129,7 +149,9 @@ class Requant(wiring.Component):
         tag1 = Signal(self.tag_shape)
         valid1 = Signal()
         multipliers = Array(Const(r.multiplier, signed(self.multiplier_bits)) for r in rules)
+        addend = Signal(signed(self.product_bits))
         stage1 = [
+            addend.eq(self.i.payload.addend if self.addend_bounds is not None else 0),
             value.eq(self.i.payload.value),
             multiplier.eq(multipliers[select]),
             select1.eq(select),
@@ -144,14 +166,22 @@ class Requant(wiring.Component):
 
         # Stage 2: the exact product (for an input wider than a multiplier, its two halves);
         # none where every multiplier is a power of two (or 0): the product is then a shift.
+        # The addend goes up by the rule's shift beside it (a multiplexer of constant shifts).
         select2, tag2, valid2 = select1, tag1, valid1
+        adds = self.addend_bounds or [None] * len(rules)
+        shifted_addend = Array(addend << r.shift if a is not None else Const(0) for r, a in zip(rules, adds))[select1]
         product = Signal(signed(self.product_bits))
         if self.shift_only:
             m.d.comb += product.eq(Array(value << (r.multiplier.bit_length() - 1) if r.multiplier else Const(0)
-                                         for r in rules)[select1])
+                                         for r in rules)[select1] + shifted_addend)
             product_cycles = 0
         else:
             terms = product_terms(m, value, multiplier, advance, self.product_bits, "product")
+            if self.addend_bounds is not None:
+                addend2 = Signal(signed(self.product_bits), name="addend2")
+                with m.If(advance):
+                    m.d.sync += addend2.eq(shifted_addend)
+                terms.append(addend2)
             m.d.comb += product.eq(sum(terms[1:], terms[0]))
             product_cycles = 1
         # The rule, tag and valid flag follow the product, as many cycles later.
@@ -162,7 +192,7 @@ class Requant(wiring.Component):
                 m.d.sync += [later[0].eq(select2), later[1].eq(tag2), later[2].eq(valid2)]
             select2, tag2, valid2 = later
 
-        # Stage 3: the halves' sum, the rule's shift (a constant per rule, so a multiplexer, not a
+        # Stage 3: the sum of the halves (and the addend), the rule's shift (a constant per rule, so a multiplexer, not a
         # shifter) and, beside it, the rule's clamps judged on the product's bits, with no
         # comparison: `p >> s` is at least 128 when p is positive and a bit from s + 7 up is
         # set, below −128 when p is negative and one is clear. Then a register slice, so that

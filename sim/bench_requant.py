@@ -25,12 +25,14 @@ def rule_bounds(params):
 def build(params):
     bounds = params["in_bound"]
     in_bound = rule_bounds(params) if isinstance(bounds[0], list) else Bound(*bounds)
+    addends = params.get("addend_bounds")
     return Requant(in_bound, [Rule(*r) for r in params["rules"]],
-                   registered_input=params.get("registered_input", False))
+                   registered_input=params.get("registered_input", False),
+                   addend_bounds=None if addends is None else [Bound(*a) if a else None for a in addends])
 
 
-def expected(rule, value):
-    out = rq(value, (rule.multiplier, rule.shift))
+def expected(rule, value, addend=0):
+    out = rq(value, (rule.multiplier, rule.shift)) + np.int64(addend)
     if rule.relu:
         out = np.maximum(out, 0)
     if rule.saturate:
@@ -54,6 +56,9 @@ async def requant_matches_golden(dut):
         item = {"value": value, "tag": 0}
         if len(unit.rules) > 1:
             item["select"] = select
+        if unit.addend_bounds is not None:
+            adds = unit.addend_bounds[select]
+            item["addend"] = 0 if adds is None else rng.choice([adds.lo, adds.hi, rng.randint(adds.lo, adds.hi)])
         items.append(item)
     await start(dut)
     source = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk, idle=0.3, rng=rng)
@@ -62,5 +67,6 @@ async def requant_matches_golden(dut):
     got = await sink.receive(len(items))
     for item, out in zip(items, got):
         rule = unit.rules[item.get("select", 0)]
-        want = expected(rule, item["value"])
-        assert out["value"] == want, f"{rule} of {item['value']}: got {out['value']}, want {want}"
+        want = expected(rule, item["value"], item.get("addend", 0))
+        assert out["value"] == want, (f"{rule} of {item['value']} (adding {item.get('addend', 0)}): "
+                                      f"got {out['value']}, want {want}")

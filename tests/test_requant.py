@@ -14,12 +14,13 @@ EDGE_RULES = [
 ]
 
 
-def run(name, in_bound, rules, seed, count=2000, registered_input=False):
+def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_bounds=None):
     bounds = [[b.lo, b.hi] for b in in_bound] if isinstance(in_bound, list) else [in_bound.lo, in_bound.hi]
     params = {"in_bound": bounds,
               "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
-              "seed": seed, "count": count, "registered_input": registered_input}
-    run_bench(Requant(in_bound, rules, registered_input=registered_input), name=name,
+              "seed": seed, "count": count, "registered_input": registered_input,
+              "addend_bounds": None if addend_bounds is None else [a and [a.lo, a.hi] for a in addend_bounds]}
+    run_bench(Requant(in_bound, rules, registered_input=registered_input, addend_bounds=addend_bounds), name=name,
               test_module="sim.bench_requant", params=params)
 
 
@@ -47,6 +48,31 @@ def test_widths_follow_each_rules_bound():
     assert Requant(Bound(-(2**40), 2**40), rules).out_bits > unit.out_bits
     with pytest.raises(ValueError, match="2 input bounds for 3 rules"):
         Requant(bounds[:2], rules)
+
+
+ADDING = [  # a rule's input range, the rule, and the range of what it adds after the shift
+    (Bound(-200_000, 200_000), Rule(17417, 18, saturate=False), Bound(-30_000, 30_000)),  # s1 = x + rq
+    (Bound(-200_000, 200_000), Rule(19113, 19, relu=True, saturate=False), None),
+    (Bound(-2**21, 2**21 - 1), Rule(-98765, 7), Bound(-2**20, 2**20)),   # clamps after the add
+    (Bound(-1000, 1000), Rule(3, 63, relu=True), Bound(-5, 5)),            # the add alone decides
+]
+
+
+@pytest.mark.parametrize("registered_input", [False, True])
+def test_addends(registered_input):
+    """``clamp((x · M >> S) + addend)``, the addend's range in the widths, against the golden model."""
+    bounds, rules, addends = zip(*ADDING)
+    unit = Requant(list(bounds), list(rules), addend_bounds=list(addends))
+    assert unit.product_bits == max(r.sum_bound(b, a).bits for b, r, a in ADDING)
+    assert unit.out_bound.hi >= 200_000 * 17417 // 2**18 + 30_000
+    run(f"requant_addends{'_registered' if registered_input else ''}", list(bounds), list(rules), seed=8,
+        count=1500, registered_input=registered_input, addend_bounds=list(addends))
+
+
+def test_addends_to_powers_of_two():
+    rules = [Rule(4, 3, saturate=False), Rule(1, 0), Rule(0, 2, relu=True)]
+    run("requant_addends_shift_only", Bound(-2**21, 2**21 - 1), rules, seed=9, count=800,
+        addend_bounds=[Bound(-2**18, 2**18), Bound(-300, 300), Bound(-3, 3)])
 
 
 @pytest.mark.parametrize("registered_input", [False, True])
