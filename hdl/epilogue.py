@@ -28,16 +28,17 @@ def _union(*bounds):
 
 
 class Epilogue(wiring.Component):
-    """Everything between one matrix product and the next: requant, residual, requant.
+    """Everything between one matrix product and the next: requant and residual, requant.
 
     A value enters with its :class:`Stage` (``select``) and column (``tag``) and leaves as the
-    int8 input of the next product (or a q, k, v element), after three units in a chain:
+    int8 input of the next product (or a q, k, v element), after two requants in a chain:
 
     1. :class:`Requant` by the stage's multiplier (``M_q`` … ``M_f``; ReLU for ``M_h``),
-    2. :class:`Residual`: store ``x``; ``s1 = x + o`` (stored); ``s2 = s1 + f``,
-    3. :class:`Requant` to int8 by ``r_qkv``, ``r_ffn``, ``r_hid`` or ``r_out``.
+       adding the residual's entry after the shift: ``s1 = x + rq(acc, M_o)``,
+       ``s2 = s1 + rq(acc, M_f)``;
+    2. :class:`Requant` to int8 by ``r_qkv``, ``r_ffn``, ``r_hid`` or ``r_out``.
 
-    A stage with nothing to add or store passes through the residual unchanged.
+    Between them the :class:`Residual` stores ``x`` and ``s1`` as they pass.
     Widths come from the model's bounds. The tag ``scratch`` (one past the widest vector)
     names no column: what is stored there is never read for a real one.
 
@@ -46,16 +47,15 @@ class Epilogue(wiring.Component):
     i : ``In(stream.Signature(StructLayout({"value", "tag", "select"})))``
     o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``, ``value`` int8.
 
-    A stage skips the units it has nothing to do in: ``EMBED`` enters at the residual, ``Q``,
-    ``K`` and ``V`` leave after the first requant. Of the values in flight at any time, all
+    A stage skips the units it has nothing to do in: ``EMBED`` enters at the second requant,
+    ``Q``, ``K`` and ``V`` leave after the first. Of the values in flight at any time, all
     belong to one stage (a decode step makes each stage's values from the previous stage's),
     so the paths never meet.
 
     Its input must come from registers (in the engine: the routed register slice).
 
-    Latency: a requant 2 cycles (also for a value wider than a multiplier's 18 bits), the
-    residual 1: 5 cycles for ``O``, ``H`` and ``F``, 3 for ``EMBED``, 2 for ``Q``, ``K`` and
-    ``V``; throughput one value per cycle.
+    Latency: a requant 2 cycles (also for a value wider than a multiplier's 18 bits): 4 cycles
+    for ``O``, ``H`` and ``F``, 2 for the others; throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):
@@ -85,17 +85,15 @@ class Epilogue(wiring.Component):
         # (see Engine) goes to this scratch column, so that it never overwrites a stored one.
         self.scratch = max(model.d_model, model.d_ff)
         columns = self.scratch + 1
-        # Both requants start from registers: the engine's routed slice, the residual's output.
+        # Both requants start from registers: the engine's routed slice, the first requant's
+        # output (or the routed slice, for EMBED).
         stored = {"x": b["x"], "s1": b["s1"]}
-        # The first requant carries, beside each value's column, the residual's entry that
-        # the value will add (looked up at the input, see Residual).
-        carried = data.StructLayout({"column": range(columns), "addend": signed(_union(*stored.values()).bits)})
-        self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=carried,
-                             registered_input=True)
+        adds = {s: stored[residual_rules[s][0]] if residual_rules.get(s, (None,))[0] else None for s in stages}
+        self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=range(columns),
+                             registered_input=True, addend_bounds=[adds[s] for s in stages])
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
-        self.residual = Residual(
-            _union(b["x"], self.first.out_bound), stored,
-            [residual_rules.get(s, (None, None)) for s in stages], middle_bound, columns)
+        self.residual = Residual(stored, [residual_rules.get(s, (None, None)) for s in stages], columns,
+                                 middle_bound.bits)
         self.last = Requant(middle_bound, [last[s] for s in stages], tag_shape=range(columns),
                             registered_input=True)
         super().__init__({
@@ -111,46 +109,38 @@ class Epilogue(wiring.Component):
         m.submodules.last = self.last
         first, residual, last = self.first, self.residual, self.last
 
-        def carry(into, source, tag=None):
+        def carry(into, source):
             # Field by field: the units' values differ in width.
-            return [into.value.eq(source.value), into.tag.eq(source.tag if tag is None else tag),
-                    into.select.eq(source.select)]
+            return [into.value.eq(source.value), into.tag.eq(source.tag), into.select.eq(source.select)]
 
-        # The input: EMBED to the residual, every other stage to the first requant, with the
-        # residual's entry that it will add.
+        # The input: EMBED to the last requant, every other stage to the first, with the
+        # residual's entry that it adds.
         embed_in = self.i.payload.select == Stage.EMBED
         m.d.comb += [
             residual.lookup_tag.eq(self.i.payload.tag),
             residual.lookup_select.eq(self.i.payload.select),
-            first.i.payload.tag.column.eq(self.i.payload.tag),
-            first.i.payload.tag.addend.eq(residual.addend),
+            *carry(first.i.payload, self.i.payload),
+            first.i.payload.addend.eq(residual.addend),
+            first.i.valid.eq(self.i.valid & ~embed_in),
         ]
-        # The first requant's output: Q, K and V out, the others on through the residual
-        # (whose output register is then the only input of the last requant's multiplier).
+        # The first requant's output: Q, K and V out, the others on to the last requant.
         select = first.o.payload.select
         collect = (select == Stage.Q) | (select == Stage.K) | (select == Stage.V)
-        m.d.comb += [
-            first.i.payload.value.eq(self.i.payload.value),
-            first.i.payload.select.eq(self.i.payload.select),
-            first.i.valid.eq(self.i.valid & ~embed_in),
-            first.o.ready.eq(Mux(collect, self.o.ready, residual.i.ready)),
-            self.i.ready.eq(Mux(embed_in, residual.i.ready, first.i.ready)),
-        ]
+        m.d.comb += first.o.ready.eq(Mux(collect, self.o.ready, last.i.ready))
         with m.If(first.o.valid):
-            m.d.comb += [
-                *carry(residual.i.payload, first.o.payload, first.o.payload.tag.column),
-                residual.i.payload.addend.eq(first.o.payload.tag.addend),
-                residual.i.valid.eq(~collect),
-            ]
+            m.d.comb += [*carry(last.i.payload, first.o.payload), last.i.valid.eq(~collect)]
         with m.Else():
-            m.d.comb += [
-                *carry(residual.i.payload, self.i.payload),
-                residual.i.payload.addend.eq(0),  # EMBED stores x, adds nothing
-                residual.i.valid.eq(self.i.valid & embed_in),
-            ]
-        wiring.connect(m, residual.o, last.i)
+            m.d.comb += [*carry(last.i.payload, self.i.payload), last.i.valid.eq(self.i.valid & embed_in)]
+        m.d.comb += self.i.ready.eq(Mux(embed_in, last.i.ready & ~first.o.valid, first.i.ready))
+        # The residual stores x and s1 as they enter the last requant.
+        m.d.comb += [
+            residual.store_tag.eq(last.i.payload.tag),
+            residual.store_select.eq(last.i.payload.select),
+            residual.store_value.eq(last.i.payload.value),
+            residual.store_valid.eq(last.i.valid & last.i.ready),
+        ]
         with m.If(first.o.valid & collect):
-            m.d.comb += [*carry(self.o.payload, first.o.payload, first.o.payload.tag.column), self.o.valid.eq(1)]
+            m.d.comb += [*carry(self.o.payload, first.o.payload), self.o.valid.eq(1)]
         with m.Else():
             m.d.comb += [*carry(self.o.payload, last.o.payload), self.o.valid.eq(last.o.valid)]
         m.d.comb += last.o.ready.eq(self.o.ready & ~(first.o.valid & collect))
