@@ -34,8 +34,9 @@ class FloorDivider(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``
         ``value`` is the quotient.
 
-    Latency ``1 + ceil(quotient bits / bits_per_stage)`` cycles (5 for an int8 quotient);
-    throughput one division per cycle.
+    Latency ``ceil(quotient bits / bits_per_stage)`` cycles (4 for an int8 quotient), where the
+    first digit's trials are each the numerator plus one shift of den (else one more, for the
+    offset); throughput one division per cycle.
     """
 
     def __init__(self, num_bound, den_bound, quotient_bound, *, tag_shape=unsigned(0), bits_per_stage=2):
@@ -49,6 +50,12 @@ class FloorDivider(wiring.Component):
         self.rem_bits = Bound(0, (1 << self.steps) * den_bound.hi).bits
         self.tag_shape = tag_shape
         self.bits_per_stage = bits_per_stage
+        # The first digit's trials are num + k · den (offset and digit together): where each k is
+        # 0 or ± a power of two, each is the numerator plus one shift, and the offset costs no stage.
+        first = list(reversed(range(self.steps)))[:bits_per_stage]
+        self.first_trials = [-self.offset - (c << first[-1]) for c in range(1 << len(first))]
+        self.fused = all(bin(k).count("1") <= 1 for k in self.first_trials)
+        self.latency = -(-self.steps // bits_per_stage) + (not self.fused)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "num": signed(num_bound.bits), "den": signed(den_bound.bits), "tag": tag_shape}))),
@@ -71,41 +78,47 @@ class FloorDivider(wiring.Component):
         multiple_bits = Bound(0, digits[-1] * self.den_bound.hi).bits
         den = self.i.payload.den
 
-        def times(c):  # c · den as a sum of shifted copies: Yosys would spend a DSP block on it
-            return sum((den << i for i in range(c.bit_length()) if c >> i & 1), Const(0))
+        def times(k):  # k · den as shifted copies: Yosys would spend a DSP block on a product
+            copies = sum((den << i for i in range(abs(k).bit_length()) if abs(k) >> i & 1), Const(0))
+            return -copies if k < 0 else copies
         stage = data.StructLayout({
             "valid": 1, "rem": signed(self.rem_bits + 1),
             "multiples": data.ArrayLayout(signed(multiple_bits), len(digits)),
             "quotient": unsigned(self.steps), "tag": self.tag_shape})
-        first = Signal(stage)
-        with m.If(advance):
-            m.d.sync += [
-                first.valid.eq(self.i.valid),
-                first.rem.eq(self.i.payload.num + times(-self.offset)),
-                *(first.multiples[c - 1].eq(times(c)) for c in digits),
-                first.quotient.eq(0),
-                first.tag.eq(self.i.payload.tag),
-            ]
-        previous = first
         bits = list(reversed(range(self.steps)))
-        for at in range(0, len(bits), self.bits_per_stage):
-            low = bits[at:at + self.bits_per_stage][-1]  # the stage's digit weighs 2^low
-            width = len(bits[at:at + self.bits_per_stage])
-            # rem < 2^(low + width) · den: the digit is the largest c whose trial is not negative.
-            rem, digit = previous.rem, 0
-            for c in range(1, 1 << width):
-                trial = previous.rem - (previous.multiples[c - 1] << low)
+        groups = [bits[at:at + self.bits_per_stage] for at in range(0, len(bits), self.bits_per_stage)]
+
+        def digit_stage(group, trials, source, multiples):
+            """The stage that finds the digit of ``group``'s bits, the largest c whose trial
+            (rem − c · 2^low · den, for rem < 2^(low + width) · den) is not negative."""
+            low = group[-1]
+            rem, digit = trials[0], 0
+            for c, trial in enumerate(trials[1:], 1):
                 rem, digit = Mux(trial >= 0, trial, rem), Mux(trial >= 0, c, digit)
-            after = Signal(stage, name=f"bit{bits[at]}")
+            after = Signal(stage, name=f"bit{group[0]}")
             with m.If(advance):
-                m.d.sync += [
-                    after.valid.eq(previous.valid),
-                    after.rem.eq(rem),
-                    after.multiples.eq(previous.multiples),
-                    after.quotient.eq(previous.quotient | (digit << low)),
-                    after.tag.eq(previous.tag),
-                ]
-            previous = after
+                m.d.sync += [after.valid.eq(source.valid), after.rem.eq(rem),
+                             *(after.multiples[c - 1].eq(multiple) for c, multiple in zip(digits, multiples)),
+                             after.quotient.eq(source.quotient | (digit << low)), after.tag.eq(source.tag)]
+            return after
+
+        offset = -self.offset
+        entry = Signal(stage, name="entry")  # the input, as a stage (not registered)
+        m.d.comb += [entry.valid.eq(self.i.valid), entry.quotient.eq(0), entry.tag.eq(self.i.payload.tag)]
+        if self.fused:
+            previous = digit_stage(groups[0], [self.i.payload.num + times(k) for k in self.first_trials], entry,
+                                   [times(c) for c in digits])
+            groups = groups[1:]
+        else:
+            previous = Signal(stage, name="offset")
+            with m.If(advance):
+                m.d.sync += [previous.valid.eq(self.i.valid), previous.rem.eq(self.i.payload.num + times(offset)),
+                             *(previous.multiples[c - 1].eq(times(c)) for c in digits),
+                             previous.quotient.eq(0), previous.tag.eq(self.i.payload.tag)]
+        for group in groups:
+            trials = [previous.rem] + [previous.rem - (previous.multiples[c - 1] << group[-1])
+                                       for c in range(1, 1 << len(group))]
+            previous = digit_stage(group, trials, previous, [previous.multiples[c - 1] for c in digits])
         m.d.comb += [
             out.i.valid.eq(previous.valid),
             out.i.payload.value.eq(previous.quotient + self.offset),

@@ -24,3 +24,35 @@ def test_divider(name, quotient, den, bits_per_stage):
 def test_refuses_non_positive_denominator():
     with pytest.raises(ValueError, match="denominator must be positive"):
         FloorDivider(Bound(-10, 10), Bound(0, 5), Bound(-10, 10))
+
+
+@pytest.mark.parametrize("quotient, bits_per_stage, latency", [
+    ((-128, 127), 2, 4),   # int8: the offset (−128) goes into the first digit's trials
+    ((-128, 127), 1, 8),
+    ((-128, 127), 3, 4),   # its first trials are num + 96 · den, … : a stage for the offset
+    ((-3, 90), 2, 5),
+])
+def test_latency(quotient, bits_per_stage, latency):
+    """Cycles from a division taken to its quotient offered, with the output always ready."""
+    from amaranth.sim import Simulator
+    unit = FloorDivider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient), bits_per_stage=bits_per_stage)
+    assert unit.latency == latency
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(unit.o.ready, 1)
+        ctx.set(unit.i.payload.num, 1000)
+        ctx.set(unit.i.payload.den, 37)
+        ctx.set(unit.i.valid, 1)
+        await ctx.tick()
+        ctx.set(unit.i.valid, 0)
+        for cycle in range(1, 12):
+            if ctx.get(unit.o.valid):
+                seen.append((cycle, ctx.get(unit.o.payload.value)))
+            await ctx.tick()
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [(latency, 1000 // 37)]
