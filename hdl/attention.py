@@ -53,8 +53,8 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 16`` cycles from taking the query to the first ``ci``
-    (with the K and V rows ready), then one word per cycle.
+    Latency: ``2·ceil((pos + 1) / rows) + 15`` cycles (one more for pos < rows) from taking the
+    query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
@@ -113,17 +113,19 @@ class Attention(wiring.Component):
 
         q = Signal(data.ArrayLayout(signed(8), d))
         pos = Signal(range(self.seq_len))
-        group = Signal(range(self.groups))  # the group of rows being issued
+        group = Signal(range(self.groups))  # the group of rows being issued (0 while idle)
         last_group = pos >> bank_bits
         issuing = Signal()
-        # The rows of the group that are in 0..pos (only the last group may hold fewer).
+        idle = Signal(init=1)
+        # The rows of the group that are in 0..pos (only the last group may hold fewer; while
+        # idle, group 0 is issued only where it is not the last).
         in_range = Signal(rows)
         for r in range(rows):
-            m.d.comb += in_range[r].eq((group != last_group) | (r <= pos[:bank_bits] if bank_bits else 1))
+            m.d.comb += in_range[r].eq(idle | (group != last_group) | (r <= pos[:bank_bits] if bank_bits else 1))
 
         # -- The shared multipliers, one set per bank: q·K in the score phase, w·V in the
         # weight phase. The first bank's are DSP blocks, the others' LUT logic.
-        scoring = Signal()
+        scoring = Signal(init=1)
         operand_a = [[Signal(signed(self.operand_bits), name=f"a{r}_{e}") for e in range(d)] for r in range(rows)]
         operand_b = [[Signal(signed(8), name=f"b{r}_{e}") for e in range(d)] for r in range(rows)]
         products = [[] for _ in range(rows)]  # per bank and column: the product's terms
@@ -294,15 +296,18 @@ class Attention(wiring.Component):
 
         # The query is copied on every idle cycle (so also on the one that takes it): its
         # enable is then one register, not the state decode and the input's valid.
-        idle = Signal(init=1)
         with m.If(idle):
             m.d.sync += q.eq(self.i.payload.q)
 
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.i.ready.eq(1)
+                # Group 0 is issued as the query is taken, unless it is the group of row pos
+                # (whose K row may not be written yet).
+                early = self.i.payload.pos >= rows
                 with m.If(self.i.valid):
-                    m.d.sync += [pos.eq(self.i.payload.pos), group.eq(0), scoring.eq(1), idle.eq(0)]
+                    m.d.comb += issuing.eq(early)
+                    m.d.sync += [pos.eq(self.i.payload.pos), group.eq(early), scoring.eq(1), idle.eq(0)]
                     m.next = "SCORE"
             # A pass issues the groups of rows 0..pos, one a cycle, then waits for its
             # pipeline to drain.
@@ -338,7 +343,6 @@ class Attention(wiring.Component):
                     m.d.sync += column.eq(column + ways)
                     m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
                     with m.If(column + ways >= d):
-                        m.d.sync += scoring.eq(1)
-                        m.d.sync += idle.eq(1)
+                        m.d.sync += [scoring.eq(1), idle.eq(1), group.eq(0)]
                         m.next = "IDLE"
         return m
