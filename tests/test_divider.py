@@ -2,6 +2,7 @@ import pytest
 
 from hdl.divider import FloorDivider
 from int8model.bounds import Bound
+from sim.latency import one_item
 from sim.runner import run_bench
 
 
@@ -34,25 +35,7 @@ def test_refuses_non_positive_denominator():
 ])
 def test_latency(quotient, bits_per_stage, latency):
     """Cycles from a division taken to its quotient offered, with the output always ready."""
-    from amaranth.sim import Simulator
     unit = FloorDivider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient), bits_per_stage=bits_per_stage)
     assert unit.latency == latency
-    seen = []
-
-    async def bench(ctx):
-        ctx.set(unit.o.ready, 1)
-        ctx.set(unit.i.payload.num, 1000)
-        ctx.set(unit.i.payload.den, 37)
-        ctx.set(unit.i.valid, 1)
-        await ctx.tick()
-        ctx.set(unit.i.valid, 0)
-        for cycle in range(1, 12):
-            if ctx.get(unit.o.valid):
-                seen.append((cycle, ctx.get(unit.o.payload.value)))
-            await ctx.tick()
-
-    sim = Simulator(unit)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    seen = one_item(unit, {"num": 1000, "den": 37}, read=lambda ctx: ctx.get(unit.o.payload.value))
     assert seen == [(latency, 1000 // 37)]

@@ -5,6 +5,7 @@ from hdl.requant import Requant, Rule
 from int8model.bounds import Bound
 from int8model.format import REQUANTS
 from int8model.synthetic import random_model
+from sim.latency import one_item
 from sim.runner import run_bench
 
 EDGE_RULES = [
@@ -120,26 +121,9 @@ NARROW, WIDE = Bound(-1000, 1000), Bound(-2**21, 2**21 - 1)  # WIDE: a product c
 def test_latency(bound, rules, registered_input, cycles):
     """Cycles from a value taken to its result offered, with the output always ready: a
     product cut in two adds its halves in the last stage, as it clamps."""
-    from amaranth.sim import Simulator
     unit = Requant(bound, rules, registered_input=registered_input)
     assert unit.in_bits == (22 if bound is WIDE else 11)
-    seen = []
-
-    async def bench(ctx):
-        ctx.set(unit.o.ready, 1)
-        ctx.set(unit.i.payload.value, 77)
-        ctx.set(unit.i.valid, 1)
-        await ctx.tick()
-        ctx.set(unit.i.valid, 0)
-        for cycle in range(1, 8):
-            if ctx.get(unit.o.valid):
-                seen.append(cycle)
-            await ctx.tick()
-
-    sim = Simulator(unit)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    seen = one_item(unit, {"value": 77}, cycles=8)
     assert seen == [cycles]
 
 
