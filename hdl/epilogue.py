@@ -1,10 +1,10 @@
 import enum
 
-from amaranth.hdl import Module, Mux, signed
+from amaranth.hdl import Array, Const, Module, Mux, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from int8model.bounds import Bound
+from int8model.bounds import Bound, signed_bits
 
 from .requant import Requant, Rule
 from .residual import Residual
@@ -89,13 +89,19 @@ class Epilogue(wiring.Component):
         # output (or the routed slice, for EMBED).
         stored = {"x": b["x"], "s1": b["s1"]}
         adds = {s: stored[residual_rules[s][0]] if residual_rules.get(s, (None,))[0] else None for s in stages}
-        self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=range(columns),
+        middle_rules = [last[s] for s in stages]
+        self.last_multiplier_bits = max(signed_bits(r.multiplier, r.multiplier) for r in middle_rules)
+        # The first requant carries, beside each value's column, the last requant's multiplier
+        # for it: looked up at the input, it reaches the last requant's multiplier from a
+        # register, not through a table of the rules (a critical path).
+        carried = data.StructLayout({"column": range(columns), "multiplier": signed(self.last_multiplier_bits)})
+        self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=carried,
                              registered_input=True, addend_bounds=[adds[s] for s in stages])
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
         self.residual = Residual(stored, [residual_rules.get(s, (None, None)) for s in stages], columns,
                                  middle_bound.bits)
-        self.last = Requant(middle_bound, [last[s] for s in stages], tag_shape=range(columns),
-                            registered_input=True)
+        self.last = Requant(middle_bound, middle_rules, tag_shape=range(columns), registered_input=True,
+                            multiplier_input=True)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "value": signed(self.first.in_bits), "tag": range(columns), "select": range(len(stages))}))),
@@ -109,9 +115,13 @@ class Epilogue(wiring.Component):
         m.submodules.last = self.last
         first, residual, last = self.first, self.residual, self.last
 
-        def carry(into, source):
+        def carry(into, source, tag=None):
             # Field by field: the units' values differ in width.
-            return [into.value.eq(source.value), into.tag.eq(source.tag), into.select.eq(source.select)]
+            return [into.value.eq(source.value), into.tag.eq(source.tag if tag is None else tag),
+                    into.select.eq(source.select)]
+
+        last_multipliers = Array(Const(rule.multiplier, signed(self.last_multiplier_bits))
+                                 for rule in last.rules)
 
         # The input: EMBED to the last requant, every other stage to the first, with the
         # residual's entry that it adds.
@@ -119,7 +129,8 @@ class Epilogue(wiring.Component):
         m.d.comb += [
             residual.lookup_tag.eq(self.i.payload.tag),
             residual.lookup_select.eq(self.i.payload.select),
-            *carry(first.i.payload, self.i.payload),
+            *carry(first.i.payload, self.i.payload, self.i.payload.tag),
+            first.i.payload.tag.multiplier.eq(last_multipliers[self.i.payload.select]),
             first.i.payload.addend.eq(residual.addend),
             first.i.valid.eq(self.i.valid & ~embed_in),
         ]
@@ -128,9 +139,11 @@ class Epilogue(wiring.Component):
         collect = (select == Stage.Q) | (select == Stage.K) | (select == Stage.V)
         m.d.comb += first.o.ready.eq(Mux(collect, self.o.ready, last.i.ready))
         with m.If(first.o.valid):
-            m.d.comb += [*carry(last.i.payload, first.o.payload), last.i.valid.eq(~collect)]
+            m.d.comb += [*carry(last.i.payload, first.o.payload, first.o.payload.tag.column),
+                         last.i.payload.multiplier.eq(first.o.payload.tag.multiplier), last.i.valid.eq(~collect)]
         with m.Else():
-            m.d.comb += [*carry(last.i.payload, self.i.payload), last.i.valid.eq(self.i.valid & embed_in)]
+            m.d.comb += [*carry(last.i.payload, self.i.payload), last.i.valid.eq(self.i.valid & embed_in),
+                         last.i.payload.multiplier.eq(last_multipliers[Stage.EMBED])]
         m.d.comb += self.i.ready.eq(Mux(embed_in, last.i.ready & ~first.o.valid, first.i.ready))
         # The residual stores x and s1 as they enter the last requant.
         m.d.comb += [
@@ -140,7 +153,7 @@ class Epilogue(wiring.Component):
             residual.store_valid.eq(last.i.valid & last.i.ready),
         ]
         with m.If(first.o.valid & collect):
-            m.d.comb += [*carry(self.o.payload, first.o.payload), self.o.valid.eq(1)]
+            m.d.comb += [*carry(self.o.payload, first.o.payload, first.o.payload.tag.column), self.o.valid.eq(1)]
         with m.Else():
             m.d.comb += [*carry(self.o.payload, last.o.payload), self.o.valid.eq(last.o.valid)]
         m.d.comb += last.o.ready.eq(self.o.ready & ~(first.o.valid & collect))

@@ -77,6 +77,9 @@ class Requant(wiring.Component):
         The input's payload and valid come straight from registers (a producer's pipeline
         register or register slice): the multiplier then takes them as they are, a cycle
         earlier, instead of registering them first.
+    multiplier_input : bool
+        Each input carries its rule's ``multiplier`` (the producer looked it up ahead, from
+        registers): the multiplier then takes it as it is, not through a table of the rules.
     addend_bounds : list of :class:`~int8model.bounds.Bound` or ``None``, one per rule
         Where given, each input carries an ``addend``, added to the result after the shift and
         before the ReLU and the clamps: ``clamp((x · M >> S) + addend)``, in the same stages
@@ -90,7 +93,7 @@ class Requant(wiring.Component):
         ``addend_bounds``.
     o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``
         ``value`` is signed, as wide as the widest result of any rule; ``tag`` and ``select``
-        pass through, so that units in a chain can share one rule index.
+        (not ``addend`` or ``multiplier``) pass through, so that units in a chain can share one rule index.
 
     Latency 3 cycles (2 where every rule's multiplier is a power of two or 0; one less with
     ``registered_input``), also for inputs wider than a multiplier's 18 bits, whose product's
@@ -99,7 +102,8 @@ class Requant(wiring.Component):
     (after one more value, which waits in the output's register slice).
     """
 
-    def __init__(self, in_bound, rules, *, tag_shape=unsigned(0), registered_input=False, addend_bounds=None):
+    def __init__(self, in_bound, rules, *, tag_shape=unsigned(0), registered_input=False, addend_bounds=None,
+                 multiplier_input=False):
         self.registered_input = registered_input
         self.rules = list(rules)
         if not self.rules:
@@ -128,10 +132,14 @@ class Requant(wiring.Component):
             inputs["select"] = range(len(self.rules))
         if self.addend_bounds is not None:
             inputs["addend"] = signed(max((a or Bound(0, 0)).bits for a in self.addend_bounds))
+        self.multiplier_input = multiplier_input
+        if multiplier_input:
+            inputs["multiplier"] = signed(self.multiplier_bits)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout(inputs))),
             "o": Out(stream.Signature(data.StructLayout(
-                dict(inputs, value=signed(self.out_bits))))),
+                {name: shape for name, shape in dict(inputs, value=signed(self.out_bits)).items()
+                 if name not in ("addend", "multiplier")}))),
         })
 
     def elaborate(self, platform):
@@ -153,7 +161,7 @@ class Requant(wiring.Component):
         stage1 = [
             addend.eq(self.i.payload.addend if self.addend_bounds is not None else 0),
             value.eq(self.i.payload.value),
-            multiplier.eq(multipliers[select]),
+            multiplier.eq(self.i.payload.multiplier if self.multiplier_input else multipliers[select]),
             select1.eq(select),
             tag1.eq(self.i.payload.tag),
             valid1.eq(self.i.valid),

@@ -28,6 +28,7 @@ def build(params):
     addends = params.get("addend_bounds")
     return Requant(in_bound, [Rule(*r) for r in params["rules"]],
                    registered_input=params.get("registered_input", False),
+                   multiplier_input=params.get("multiplier_input", False),
                    addend_bounds=None if addends is None else [Bound(*a) if a else None for a in addends])
 
 
@@ -56,6 +57,8 @@ async def requant_matches_golden(dut):
         item = {"value": value, "tag": 0}
         if len(unit.rules) > 1:
             item["select"] = select
+        if unit.multiplier_input:
+            item["multiplier"] = unit.rules[select].multiplier
         if unit.addend_bounds is not None:
             adds = unit.addend_bounds[select]
             item["addend"] = 0 if adds is None else rng.choice([adds.lo, adds.hi, rng.randint(adds.lo, adds.hi)])

@@ -15,13 +15,16 @@ EDGE_RULES = [
 ]
 
 
-def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_bounds=None):
+def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_bounds=None, multiplier_input=False):
     bounds = [[b.lo, b.hi] for b in in_bound] if isinstance(in_bound, list) else [in_bound.lo, in_bound.hi]
     params = {"in_bound": bounds,
               "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
               "seed": seed, "count": count, "registered_input": registered_input,
-              "addend_bounds": None if addend_bounds is None else [a and [a.lo, a.hi] for a in addend_bounds]}
-    run_bench(Requant(in_bound, rules, registered_input=registered_input, addend_bounds=addend_bounds), name=name,
+              "addend_bounds": None if addend_bounds is None else [a and [a.lo, a.hi] for a in addend_bounds],
+              "multiplier_input": multiplier_input}
+    unit = Requant(in_bound, rules, registered_input=registered_input, addend_bounds=addend_bounds,
+                   multiplier_input=multiplier_input)
+    run_bench(unit, name=name,
               test_module="sim.bench_requant", params=params)
 
 
@@ -68,6 +71,12 @@ def test_addends(registered_input):
     assert unit.out_bound.hi >= 200_000 * 17417 // 2**18 + 30_000
     run(f"requant_addends{'_registered' if registered_input else ''}", list(bounds), list(rules), seed=8,
         count=1500, registered_input=registered_input, addend_bounds=list(addends))
+
+
+def test_multipliers_from_the_input():
+    """Each input brings its rule's multiplier (the epilogue's last requant): the same results."""
+    run("requant_multiplier_input", Bound(-2**21, 2**21 - 1), EDGE_RULES, seed=10, registered_input=True,
+        multiplier_input=True)
 
 
 def test_addends_to_powers_of_two():
