@@ -304,6 +304,7 @@ class Engine(wiring.Component):
                     routed.i.valid.eq(1),
                     into.value.eq(token_read.data[k] + position_read.data[k]),
                     into.select.eq(Stage.EMBED),
+                    into.multiplier.eq(0),  # EMBED skips the first requant
                     into.tag.eq(Mux(embed_column < d, embed_column, scratch)),
                 ]
             with m.Else():
@@ -311,6 +312,7 @@ class Engine(wiring.Component):
                     routed.i.valid.eq(matvec.o.valid & ~to_head),
                     into.value.eq(product.acc[k]),
                     into.select.eq(stage_of[product.matrix]),
+                    into.multiplier.eq(epilogues[k].first_multiplier(stage_of[product.matrix])),
                     into.tag.eq(Mux(
                         k >= product.count, scratch,
                         Mux(product.matrix == Matrix.QKV, qkv_column, column))),

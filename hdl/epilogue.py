@@ -44,7 +44,7 @@ class Epilogue(wiring.Component):
 
     Ports
     -----
-    i : ``In(stream.Signature(StructLayout({"value", "tag", "select"})))``
+    i : ``In(stream.Signature(StructLayout({"value", "tag", "select", "multiplier"})))``
     o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``, ``value`` int8.
 
     A stage skips the units it has nothing to do in: ``EMBED`` enters at the second requant,
@@ -52,7 +52,8 @@ class Epilogue(wiring.Component):
     belong to one stage (a decode step makes each stage's values from the previous stage's),
     so the paths never meet.
 
-    Its input must come from registers (in the engine: the routed register slice).
+    Its input must come from registers (in the engine: the routed register slice), with the
+    first requant's ``multiplier`` for the value's stage (:meth:`first_multiplier`).
 
     Latency: a requant 2 cycles (also for a value wider than a multiplier's 18 bits): 4 cycles
     for ``O``, ``H`` and ``F``, 2 for the others; throughput one value per cycle.
@@ -96,7 +97,8 @@ class Epilogue(wiring.Component):
         # register, not through a table of the rules (a critical path).
         carried = data.StructLayout({"column": range(columns), "multiplier": signed(self.last_multiplier_bits)})
         self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=carried,
-                             registered_input=True, addend_bounds=[adds[s] for s in stages])
+                             registered_input=True, addend_bounds=[adds[s] for s in stages],
+                             multiplier_input=True)
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
         self.residual = Residual(stored, [residual_rules.get(s, (None, None)) for s in stages], columns,
                                  middle_bound.bits)
@@ -104,9 +106,16 @@ class Epilogue(wiring.Component):
                             multiplier_input=True)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
-                "value": signed(self.first.in_bits), "tag": range(columns), "select": range(len(stages))}))),
+                "value": signed(self.first.in_bits), "tag": range(columns), "select": range(len(stages)),
+                "multiplier": signed(self.first.multiplier_bits)}))),
             "o": Out(self.last.o.signature),
         })
+
+    def first_multiplier(self, select):
+        """The first requant's multiplier for the stage ``select``, for the input's ``multiplier``:
+        looked up where the stage is decided, it reaches the multiplier from the register the
+        input must come from (not through a table of the rules: a critical path)."""
+        return Array(Const(rule.multiplier, signed(self.first.multiplier_bits)) for rule in self.first.rules)[select]
 
     def elaborate(self, platform):
         m = Module()
@@ -131,6 +140,7 @@ class Epilogue(wiring.Component):
             residual.lookup_select.eq(self.i.payload.select),
             *carry(first.i.payload, self.i.payload, self.i.payload.tag),
             first.i.payload.tag.multiplier.eq(last_multipliers[self.i.payload.select]),
+            first.i.payload.multiplier.eq(self.i.payload.multiplier),
             first.i.payload.addend.eq(residual.addend),
             first.i.valid.eq(self.i.valid & ~embed_in),
         ]
