@@ -152,10 +152,7 @@ class Engine(wiring.Component):
         self.epilogues = [Epilogue(model, b) for _ in range(ways)]
         self.matvec = MatVec(
             [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
-            self.lanes, ways=ways, lut_ways=lut_ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]],
-            # A step's products come in order; the next step's first is Wo's where q, k, v come
-            # from the table.
-            wrap_to=Matrix.WO if self.qkv_table else Matrix.QKV)
+            self.lanes, ways=ways, lut_ways=lut_ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
         self.attention = Attention(model, b, ways=ways, rows=attention_rows)
         self.cache = KVCache(d, model.seq_len, banks=attention_rows)
         self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=ways)

@@ -40,10 +40,6 @@ class MatVec(wiring.Component):
     input_bounds : list of :class:`~int8model.bounds.Bound`, one per matrix
         The range of that matrix's input elements (int8 by default); with the weights it
         bounds the accumulator, whose width is derived from it.
-    wrap_to : int
-        The matrix expected after the last. The weights of the next word are read ahead, before
-        it arrives, assuming matrices follow in order (and ``wrap_to`` after the last): a vector
-        for another matrix waits one cycle for its first weights.
 
     Ports
     -----
@@ -53,14 +49,14 @@ class MatVec(wiring.Component):
         The sums ``ways`` at a time in column order: ``acc[k]`` is column ``column + k``, the
         first ``count`` of them are the matrix's; ``last`` marks the vector's last word.
 
-    Latency: the first output word leaves 4 cycles after the last input word of the first group.
+    Latency: the first output word leaves 6 cycles after the last input word of the first group.
     Throughput: one input word per cycle per group, one output word per cycle; with
     ``lanes <= rows`` the output never stalls the lanes.
     """
 
     REPLICA_LANES = 6  # lanes per copy of an input element
 
-    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None, wrap_to=0):
+    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None):
         self.matrices = [np.asarray(w, dtype=np.int64) for w in matrices]
         if not self.matrices:
             raise ValueError("MatVec needs at least one matrix")
@@ -72,9 +68,6 @@ class MatVec(wiring.Component):
         if not 0 <= lut_ways <= ways:
             raise ValueError(f"{lut_ways} of {ways} ways in LUTs: it takes 0 to {ways}")
         self.lanes, self.ways, self.lut_ways = lanes, ways, lut_ways
-        if not 0 <= wrap_to < len(self.matrices):
-            raise ValueError(f"wrap_to {wrap_to} is not one of the {len(self.matrices)} matrices")
-        self.wrap_to = wrap_to
         self.rows = [w.shape[0] for w in self.matrices]
         self.cols = [w.shape[1] for w in self.matrices]
         self.steps = [-(-r // ways) for r in self.rows]
@@ -134,14 +127,11 @@ class MatVec(wiring.Component):
         m.submodules.weights = weights = memory.Memory(
             shape=unsigned(8 * lanes * ways), depth=self.depth, init=self.weight_words(),
             attrs={"ram_style": "block", "rom_style": "block"})
-        # Both read ports have one cycle of latency; both pause with the pipeline. Both read
-        # ahead: in the cycle a word is issued, they already hold its weights and its replayed
-        # input, which go straight into the operand stage.
+        # Both read ports have one cycle of latency; both pause with the pipeline.
         weight_read = weights.read_port()
         m.submodules.vector = vector = memory.Memory(shape=word_shape, depth=max(self.steps), init=[])
         vector_write = vector.write_port()
-        # Transparent: a one-word vector is replayed from the cycle it is written.
-        vector_read = vector.read_port(transparent_for=(vector_write,))
+        vector_read = vector.read_port()
 
         def table(values, shape):
             return Array(Const(v, shape) for v in values)
@@ -162,47 +152,35 @@ class MatVec(wiring.Component):
         step = Signal(range(max(self.steps)))
         group = Signal(range(max(self.groups)))
         matrix = Signal(range(n))
+        address = Signal(range(self.depth + 1))
         col_base = Signal(range(max(self.cols) + lanes))
-        # The word whose weights the weight memory holds: the next to be issued, as predicted.
-        fetched = Signal(range(self.depth), init=self.bases[self.wrap_to])
 
         starting = ~replay & (step == 0) & (group == 0)
         current = Signal(range(n))
         m.d.comb += current.eq(Mux(starting, self.i.payload.matrix, matrix))
-        # A vector for a matrix other than the one read ahead waits a cycle for its weights.
-        expected = ~starting | (fetched == base[self.i.payload.matrix])
-        m.d.comb += self.i.ready.eq(advance & ~replay & expected)
+        m.d.comb += self.i.ready.eq(advance & ~replay)
         issue = Signal()
         m.d.comb += issue.eq(Mux(replay, advance, self.i.valid & self.i.ready))
 
-        final_step = step == last_step[current]
-        final_group = group == last_group[current]
-        next_step = Signal.like(step)
-        m.d.comb += next_step.eq(Mux(issue, Mux(final_step, 0, step + 1), step))
-        # Matrices lie in order in the memory: the word after a matrix's last is the next
-        # matrix's first, and after the last matrix's, wrap_to's.
-        following = Mux(fetched == self.depth - 1, self.bases[self.wrap_to], fetched + 1)
-        with m.If(issue):
-            m.d.comb += weight_read.addr.eq(following)
-        with m.Elif(starting & self.i.valid & ~expected):
-            m.d.comb += weight_read.addr.eq(base[self.i.payload.matrix])
-        with m.Else():
-            m.d.comb += weight_read.addr.eq(fetched)
-        with m.If(moving):
-            m.d.sync += fetched.eq(weight_read.addr)
         m.d.comb += [
-            vector_read.addr.eq(next_step),
+            weight_read.addr.eq(Mux(starting, base[current], address)),
+            vector_read.addr.eq(step),
             vector_write.addr.eq(step),
             vector_write.data.eq(self.i.payload.values),
             vector_write.en.eq(self.i.valid & self.i.ready),
         ]
+        final_step = step == last_step[current]
+        final_group = group == last_group[current]
         with m.If(issue):
-            m.d.sync += [matrix.eq(current), step.eq(next_step)]
+            m.d.sync += [matrix.eq(current), address.eq(weight_read.addr + 1)]
             with m.If(final_step):
+                m.d.sync += step.eq(0)
                 with m.If(final_group):
                     m.d.sync += [group.eq(0), replay.eq(0), col_base.eq(0)]
                 with m.Else():
                     m.d.sync += [group.eq(group + 1), replay.eq(1), col_base.eq(col_base + lanes)]
+            with m.Else():
+                m.d.sync += step.eq(step + 1)
 
         # Stage flags that travel with each word down the pipeline.
         flags = data.StructLayout({
@@ -219,9 +197,14 @@ class MatVec(wiring.Component):
             issued.count.eq(Mux(final_group, tail_cols[current], lanes)),
         ]
 
-        # -- The issued word: its input (or its replay) and its weights, read ahead.
+        # -- Read: the weight word and the input word arrive.
+        read = Signal(flags)
+        direct = Signal(word_shape)
+        from_input = Signal()
+        with m.If(moving):
+            m.d.sync += [read.eq(issued), direct.eq(self.i.payload.values), from_input.eq(~replay)]
         elements = Signal(word_shape)
-        m.d.comb += elements.eq(Mux(replay, vector_read.data, self.i.payload.values))
+        m.d.comb += elements.eq(Mux(from_input, direct, vector_read.data))
 
         # -- Operands: the block RAM's output goes straight into a register, not a multiplier.
         staged = Signal(flags)
@@ -231,7 +214,7 @@ class MatVec(wiring.Component):
         staged_copies = [replicas(signed(8), copies, f"staged_element{k}") for k in range(ways)]
         staged_weights = Signal(unsigned(8 * lanes * ways))
         with m.If(moving):
-            m.d.sync += [staged.eq(issued), staged_weights.eq(weight_read.data)]
+            m.d.sync += [staged.eq(read), staged_weights.eq(weight_read.data)]
             for k, copies in enumerate(staged_copies):
                 m.d.sync += [copy.eq(elements[k]) for copy in copies]
 
