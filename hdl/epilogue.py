@@ -1,12 +1,12 @@
 import enum
 
-from amaranth.hdl import Array, Const, Module, Mux, signed
+from amaranth.hdl import Module, Mux, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from int8model.bounds import Bound, signed_bits
+from int8model.bounds import Bound
 
-from .requant import Requant, Rule
+from .requant import Requant, Rule, multiplier_bits
 from .residual import Residual
 
 __all__ = ["Stage", "Epilogue"]
@@ -91,11 +91,10 @@ class Epilogue(wiring.Component):
         stored = {"x": b["x"], "s1": b["s1"]}
         adds = {s: stored[residual_rules[s][0]] if residual_rules.get(s, (None,))[0] else None for s in stages}
         middle_rules = [last[s] for s in stages]
-        self.last_multiplier_bits = max(signed_bits(r.multiplier, r.multiplier) for r in middle_rules)
         # The first requant carries, beside each value's column, the last requant's multiplier
         # for it: looked up at the input, it reaches the last requant's multiplier from a
         # register, not through a table of the rules (a critical path).
-        carried = data.StructLayout({"column": range(columns), "multiplier": signed(self.last_multiplier_bits)})
+        carried = data.StructLayout({"column": range(columns), "multiplier": signed(multiplier_bits(middle_rules))})
         self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=carried,
                              registered_input=True, addend_bounds=[adds[s] for s in stages],
                              multiplier_input=True)
@@ -115,7 +114,7 @@ class Epilogue(wiring.Component):
         """The first requant's multiplier for the stage ``select``, for the input's ``multiplier``:
         looked up where the stage is decided, it reaches the multiplier from the register the
         input must come from (not through a table of the rules: a critical path)."""
-        return Array(Const(rule.multiplier, signed(self.first.multiplier_bits)) for rule in self.first.rules)[select]
+        return self.first.multiplier_of(select)
 
     def elaborate(self, platform):
         m = Module()
@@ -129,9 +128,6 @@ class Epilogue(wiring.Component):
             return [into.value.eq(source.value), into.tag.eq(source.tag if tag is None else tag),
                     into.select.eq(source.select)]
 
-        last_multipliers = Array(Const(rule.multiplier, signed(self.last_multiplier_bits))
-                                 for rule in last.rules)
-
         # The input: EMBED to the last requant, every other stage to the first, with the
         # residual's entry that it adds.
         embed_in = self.i.payload.select == Stage.EMBED
@@ -139,7 +135,7 @@ class Epilogue(wiring.Component):
             residual.lookup_tag.eq(self.i.payload.tag),
             residual.lookup_select.eq(self.i.payload.select),
             *carry(first.i.payload, self.i.payload, self.i.payload.tag),
-            first.i.payload.tag.multiplier.eq(last_multipliers[self.i.payload.select]),
+            first.i.payload.tag.multiplier.eq(last.multiplier_of(self.i.payload.select)),
             first.i.payload.multiplier.eq(self.i.payload.multiplier),
             first.i.payload.addend.eq(residual.addend),
             first.i.valid.eq(self.i.valid & ~embed_in),
@@ -153,7 +149,7 @@ class Epilogue(wiring.Component):
                          last.i.payload.multiplier.eq(first.o.payload.tag.multiplier), last.i.valid.eq(~collect)]
         with m.Else():
             m.d.comb += [*carry(last.i.payload, self.i.payload), last.i.valid.eq(self.i.valid & embed_in),
-                         last.i.payload.multiplier.eq(last_multipliers[Stage.EMBED])]
+                         last.i.payload.multiplier.eq(last.multiplier_of(Stage.EMBED))]
         m.d.comb += self.i.ready.eq(Mux(embed_in, last.i.ready & ~first.o.valid, first.i.ready))
         # The residual stores x and s1 as they enter the last requant.
         m.d.comb += [

@@ -9,7 +9,7 @@ from int8model.bounds import Bound, signed_bits
 from .fifo import SkidBuffer
 from .product import product_terms
 
-__all__ = ["Rule", "Requant"]
+__all__ = ["Rule", "Requant", "multiplier_bits"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ class Rule:
         if self.saturate:
             out = min(max(out, -128), 127)
         return out
+
+
+def multiplier_bits(rules):
+    """The width of a signal that holds any of the rules' multipliers."""
+    return max(signed_bits(r.multiplier, r.multiplier) for r in rules)
 
 
 class Requant(wiring.Component):
@@ -124,7 +129,7 @@ class Requant(wiring.Component):
         results = [rule.result_bound(b, a) for rule, b, a in zip(self.rules, rule_bounds, addends)]
         self.out_bound = Bound(min(r.lo for r in results), max(r.hi for r in results))
         self.out_bits = self.out_bound.bits
-        self.multiplier_bits = max(signed_bits(r.multiplier, r.multiplier) for r in self.rules)
+        self.multiplier_bits = multiplier_bits(self.rules)
         self.shift_only = all(r.multiplier >= 0 and r.multiplier & (r.multiplier - 1) == 0 for r in self.rules)
         self.tag_shape = tag_shape
         inputs = {"value": signed(self.in_bits), "tag": tag_shape}
@@ -142,6 +147,11 @@ class Requant(wiring.Component):
                  if name not in ("addend", "multiplier")}))),
         })
 
+    def multiplier_of(self, select):
+        """The multiplier of rule ``select``, from a table of the rules (the input's
+        ``multiplier`` where a producer looks it up ahead)."""
+        return Array(Const(r.multiplier, signed(self.multiplier_bits)) for r in self.rules)[select]
+
     def elaborate(self, platform):
         m = Module()
         rules = self.rules
@@ -156,12 +166,11 @@ class Requant(wiring.Component):
         select1 = Signal(range(len(rules)))
         tag1 = Signal(self.tag_shape)
         valid1 = Signal()
-        multipliers = Array(Const(r.multiplier, signed(self.multiplier_bits)) for r in rules)
         addend = Signal(signed(self.product_bits))
         stage1 = [
             addend.eq(self.i.payload.addend if self.addend_bounds is not None else 0),
             value.eq(self.i.payload.value),
-            multiplier.eq(self.i.payload.multiplier if self.multiplier_input else multipliers[select]),
+            multiplier.eq(self.i.payload.multiplier if self.multiplier_input else self.multiplier_of(select)),
             select1.eq(select),
             tag1.eq(self.i.payload.tag),
             valid1.eq(self.i.valid),
