@@ -152,7 +152,8 @@ class Engine(wiring.Component):
         self.epilogues = [Epilogue(model, b) for _ in range(ways)]
         self.matvec = MatVec(
             [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
-            self.lanes, ways=ways, lut_ways=lut_ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]])
+            self.lanes, ways=ways, lut_ways=lut_ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]],
+            order=[Matrix.WO, Matrix.W1, Matrix.W2, Matrix.HEAD] if self.qkv_table else list(Matrix))
         self.attention = Attention(model, b, ways=ways, rows=attention_rows)
         self.cache = KVCache(d, model.seq_len, banks=attention_rows)
         self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=ways)

@@ -18,9 +18,9 @@ __all__ = ["replicas", "KEEP_REPLICAS", "global_net"]
 KEEP_REPLICAS = "setattr -set keep 1 w:*_replica* %ci1:+[Q]"
 
 
-def replicas(shape, count, name):
+def replicas(shape, count, name, *, init=None):
     """``count`` registers of ``shape`` to be driven alike, named so that synthesis keeps them."""
-    return [Signal(shape, name=f"{name}_replica{index}") for index in range(count)]
+    return [Signal(shape, name=f"{name}_replica{index}", init=init) for index in range(count)]
 
 
 def global_net(m, platform, signal, name):

@@ -40,6 +40,10 @@ class MatVec(wiring.Component):
     input_bounds : list of :class:`~int8model.bounds.Bound`, one per matrix
         The range of that matrix's input elements (int8 by default); with the weights it
         bounds the accumulator, whose width is derived from it.
+    order : list of matrix indices
+        The order in which vectors usually come, as a cycle (all the matrices in turn by
+        default). The weight memory's address is a register, set to the next matrix's first
+        word before its vector arrives: a vector for another matrix waits one cycle.
 
     Ports
     -----
@@ -49,14 +53,16 @@ class MatVec(wiring.Component):
         The sums ``ways`` at a time in column order: ``acc[k]`` is column ``column + k``, the
         first ``count`` of them are the matrix's; ``last`` marks the vector's last word.
 
-    Latency: the first output word leaves 6 cycles after the last input word of the first group.
+    Latency: the first output word leaves 6 cycles after the last input word of the first group
+    (one more for a vector out of ``order``).
     Throughput: one input word per cycle per group, one output word per cycle; with
     ``lanes <= rows`` the output never stalls the lanes.
     """
 
     REPLICA_LANES = 6  # lanes per copy of an input element
+    BANK_LANES = 8     # lanes per bank of the weight memory, each with its own address register
 
-    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None):
+    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None, order=None):
         self.matrices = [np.asarray(w, dtype=np.int64) for w in matrices]
         if not self.matrices:
             raise ValueError("MatVec needs at least one matrix")
@@ -68,6 +74,10 @@ class MatVec(wiring.Component):
         if not 0 <= lut_ways <= ways:
             raise ValueError(f"{lut_ways} of {ways} ways in LUTs: it takes 0 to {ways}")
         self.lanes, self.ways, self.lut_ways = lanes, ways, lut_ways
+        self.order = list(range(len(self.matrices))) if order is None else [int(index) for index in order]
+        if not self.order or sorted(set(self.order)) != sorted(self.order) or \
+                not all(0 <= index < len(self.matrices) for index in self.order):
+            raise ValueError(f"order {self.order}: distinct indices of the {len(self.matrices)} matrices")
         self.rows = [w.shape[0] for w in self.matrices]
         self.cols = [w.shape[1] for w in self.matrices]
         self.steps = [-(-r // ways) for r in self.rows]
@@ -94,23 +104,19 @@ class MatVec(wiring.Component):
             }))),
         })
 
-    def weight_words(self):
-        """The weight memory's contents: one word per (matrix, group, step); the weight of
-        lane l for the step's element k in byte ``k · lanes + l``."""
-        words = []
+    def weight_table(self):
+        """The weight memory's contents: ``[word, k, lane]``, one word per (matrix, group, step),
+        lane l's weight for the step's element k (zero past the matrix)."""
+        table = np.zeros((self.depth, self.ways, self.lanes), dtype=np.int64)
+        word = 0
         for w, groups, steps in zip(self.matrices, self.groups, self.steps):
             rows, cols = w.shape
             for g in range(groups):
                 for step in range(steps):
-                    word = 0
-                    for k in range(self.ways):
-                        e = step * self.ways + k
-                        for lane in range(self.lanes):
-                            j = g * self.lanes + lane
-                            if e < rows and j < cols:
-                                word |= (int(w[e, j]) & 0xff) << (8 * (k * self.lanes + lane))
-                    words.append(word)
-        return words
+                    block = w[step * self.ways:(step + 1) * self.ways, g * self.lanes:(g + 1) * self.lanes]
+                    table[word, :block.shape[0], :block.shape[1]] = block
+                    word += 1
+        return table
 
     @property
     def multipliers(self):
@@ -123,47 +129,63 @@ class MatVec(wiring.Component):
         n = len(self.matrices)
         word_shape = data.ArrayLayout(signed(8), ways)
 
-        # Block RAM however shallow: as a LUT ROM, a wide shallow memory costs thousands of LUTs.
-        m.submodules.weights = weights = memory.Memory(
-            shape=unsigned(8 * lanes * ways), depth=self.depth, init=self.weight_words(),
-            attrs={"ram_style": "block", "rom_style": "block"})
-        # Both read ports have one cycle of latency; both pause with the pipeline.
-        weight_read = weights.read_port()
+        # The weights in banks of BANK_LANES lanes, each read from its own copy of the address
+        # register, placed near its block RAMs: one address reaching all of them takes a
+        # long route. Block RAM however shallow: as a LUT ROM, a wide shallow memory costs
+        # thousands of LUTs. A bank's word: lane l's weight for element k in byte k · its lanes + l.
+        table = self.weight_table()
+        banks = [range(first, min(first + self.BANK_LANES, lanes)) for first in range(0, lanes, self.BANK_LANES)]
+        weight_reads = []
+        for index, bank in enumerate(banks):
+            bank_table = table[:, :, bank.start:bank.stop].reshape(self.depth, -1)
+            init = [sum((int(byte) & 0xff) << (8 * at) for at, byte in enumerate(word)) for word in bank_table]
+            m.submodules[f"weights{index}"] = weights = memory.Memory(
+                shape=unsigned(8 * ways * len(bank)), depth=self.depth, init=init,
+                attrs={"ram_style": "block", "rom_style": "block"})
+            weight_reads.append(weights.read_port())
+        # The read ports have one cycle of latency; they pause with the pipeline.
         m.submodules.vector = vector = memory.Memory(shape=word_shape, depth=max(self.steps), init=[])
         vector_write = vector.write_port()
         vector_read = vector.read_port()
 
-        def table(values, shape):
+        def constants(values, shape):
             return Array(Const(v, shape) for v in values)
 
-        last_step = table([s - 1 for s in self.steps], range(max(self.steps)))
-        last_group = table([g - 1 for g in self.groups], range(max(self.groups)))
-        base = table(self.bases[:n], range(self.depth + 1))
-        tail_cols = table([c - (g - 1) * lanes for c, g in zip(self.cols, self.groups)], range(lanes + 1))
-        last_col = table([c - 1 for c in self.cols], range(max(self.cols)))
+        last_step = constants([s - 1 for s in self.steps], range(max(self.steps)))
+        last_group = constants([g - 1 for g in self.groups], range(max(self.groups)))
+        base = constants(self.bases[:n], range(self.depth + 1))
+        successor = constants([self.order[(self.order.index(index) + 1) % len(self.order)]
+                               if index in self.order else self.order[0] for index in range(n)], range(n))
+        tail_cols = constants([c - (g - 1) * lanes for c, g in zip(self.cols, self.groups)], range(lanes + 1))
+        last_col = constants([c - 1 for c in self.cols], range(max(self.cols)))
 
         advance = Signal(init=1)  # the whole pipeline moves (a register: see the output)
         # ... and reaches every register of the lanes: on a global net where there is one.
         moving = global_net(m, platform, advance, "lanes_advance")
-        m.d.comb += [weight_read.en.eq(moving), vector_read.en.eq(moving)]
+        m.d.comb += [port.en.eq(moving) for port in weight_reads]
+        m.d.comb += vector_read.en.eq(moving)
 
         # -- Issue: one input word per cycle, from the input stream (group 0) or the buffer (replay).
         replay = Signal()
         step = Signal(range(max(self.steps)))
         group = Signal(range(max(self.groups)))
         matrix = Signal(range(n))
-        address = Signal(range(self.depth + 1))
         col_base = Signal(range(max(self.cols) + lanes))
+        # The address of the word issued next, ahead of the issue decision: between vectors,
+        # the first word of the matrix expected next.
+        expected = Signal(range(n), init=self.order[0])
+        addresses = replicas(range(self.depth + 1), len(banks), "weight_address", init=self.bases[self.order[0]])
 
         starting = ~replay & (step == 0) & (group == 0)
+        as_expected = self.i.payload.matrix == expected
         current = Signal(range(n))
-        m.d.comb += current.eq(Mux(starting, self.i.payload.matrix, matrix))
-        m.d.comb += self.i.ready.eq(advance & ~replay)
+        m.d.comb += current.eq(Mux(starting, expected, matrix))
+        m.d.comb += self.i.ready.eq(advance & ~replay & (~starting | as_expected))
         issue = Signal()
         m.d.comb += issue.eq(Mux(replay, advance, self.i.valid & self.i.ready))
 
+        m.d.comb += [port.addr.eq(address) for port, address in zip(weight_reads, addresses)]
         m.d.comb += [
-            weight_read.addr.eq(Mux(starting, base[current], address)),
             vector_read.addr.eq(step),
             vector_write.addr.eq(step),
             vector_write.data.eq(self.i.payload.values),
@@ -171,8 +193,17 @@ class MatVec(wiring.Component):
         ]
         final_step = step == last_step[current]
         final_group = group == last_group[current]
+        with m.If(starting & self.i.valid & ~as_expected):
+            # A vector out of order: its matrix's first word is addressed, it is issued next cycle.
+            m.d.sync += expected.eq(self.i.payload.matrix)
+            m.d.sync += [address.eq(base[self.i.payload.matrix]) for address in addresses]
         with m.If(issue):
-            m.d.sync += [matrix.eq(current), address.eq(weight_read.addr + 1)]
+            m.d.sync += matrix.eq(current)
+            with m.If(final_step & final_group):
+                m.d.sync += expected.eq(successor[current])
+                m.d.sync += [address.eq(base[successor[current]]) for address in addresses]
+            with m.Else():
+                m.d.sync += [address.eq(address + 1) for address in addresses]
             with m.If(final_step):
                 m.d.sync += step.eq(0)
                 with m.If(final_group):
@@ -212,9 +243,11 @@ class MatVec(wiring.Component):
         # REPLICA_LANES lanes keeps each copy near its multipliers.
         copies = -(-lanes // self.REPLICA_LANES)
         staged_copies = [replicas(signed(8), copies, f"staged_element{k}") for k in range(ways)]
-        staged_weights = Signal(unsigned(8 * lanes * ways))
+        staged_weights = [Signal.like(port.data, name=f"staged_weights{index}")
+                          for index, port in enumerate(weight_reads)]
         with m.If(moving):
-            m.d.sync += [staged.eq(read), staged_weights.eq(weight_read.data)]
+            m.d.sync += staged.eq(read)
+            m.d.sync += [bank.eq(port.data) for bank, port in zip(staged_weights, weight_reads)]
             for k, copies in enumerate(staged_copies):
                 m.d.sync += [copy.eq(elements[k]) for copy in copies]
 
@@ -223,9 +256,10 @@ class MatVec(wiring.Component):
         operands = Signal(flags)
         elements = [[replicas(signed(8), 1, f"operand{k}_{lane}")[0] for lane in range(lanes)]
                     for k in range(ways)]
-        weights_in = Signal(unsigned(8 * lanes * ways))
+        weights_in = [Signal.like(bank, name=f"weights_in{index}") for index, bank in enumerate(staged_weights)]
         with m.If(moving):
-            m.d.sync += [operands.eq(staged), weights_in.eq(staged_weights)]
+            m.d.sync += operands.eq(staged)
+            m.d.sync += [into.eq(bank) for into, bank in zip(weights_in, staged_weights)]
             for k in range(ways):
                 for lane, element in enumerate(elements[k]):
                     m.d.sync += element.eq(staged_copies[k][lane // self.REPLICA_LANES])
@@ -238,8 +272,9 @@ class MatVec(wiring.Component):
             m.d.sync += multiplied.eq(operands)
             for k in range(ways):
                 for lane in range(lanes):
-                    byte = k * lanes + lane
-                    weight = weights_in[8 * byte:8 * byte + 8].as_signed()
+                    index, place = divmod(lane, self.BANK_LANES)
+                    byte = k * len(banks[index]) + place
+                    weight = weights_in[index][8 * byte:8 * byte + 8].as_signed()
                     registers, product = registered_product(
                         elements[k][lane], weight, in_luts=k >= ways - self.lut_ways, name=f"product{k}_{lane}")
                     m.d.sync += registers

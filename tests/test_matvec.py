@@ -73,3 +73,57 @@ def test_lut_multipliers(ways, lut_ways, lanes):
 def test_lut_ways_take_at_most_the_ways():
     with pytest.raises(ValueError, match="0 to 2"):
         MatVec([np.zeros((2, 2))], 2, ways=2, lut_ways=3)
+
+
+def test_vectors_out_of_order_wait_a_cycle():
+    """The weight address is set to the matrix expected next, before its vector comes: a vector
+    in `order` is taken at once, any other a cycle later; the sums are right either way."""
+    from amaranth.sim import Simulator
+    from int8model.golden import matvec
+
+    rng = np.random.default_rng(7)
+    matrices = [rng.integers(-128, 128, (3, 4)), rng.integers(-128, 128, (5, 2)), rng.integers(-128, 128, (2, 6))]
+    unit = MatVec(matrices, 2, order=[1, 2])
+    sequence = [1, 2, 1, 0, 0, 2, 1, 2]  # after 1 comes 2; after 2, 1; after 0, 1
+    expected_waits = [0, 0, 0, 1, 1, 1, 0, 0]
+    vectors = [rng.integers(-128, 128, matrices[index].shape[0]).tolist() for index in sequence]
+    waits, sums = [], []
+
+    async def send(ctx):
+        for index, x in zip(sequence, vectors):
+            ctx.set(unit.i.payload.matrix, index)
+            ctx.set(unit.i.valid, 1)
+            for n, value in enumerate(x):
+                ctx.set(unit.i.payload.values[0], value)
+                cycles = 0
+                while not ctx.get(unit.i.ready):
+                    await ctx.tick()
+                    cycles += 1
+                if n == 0:
+                    waits.append(cycles)
+                await ctx.tick()
+            ctx.set(unit.i.valid, 0)
+            # Each vector's sums come out before the next goes in: a wait is the lanes' own.
+            while len(sums) < sum(matrices[i].shape[1] for i in sequence[:len(waits)]):
+                await ctx.tick()
+
+    async def receive(ctx):
+        ctx.set(unit.o.ready, 1)
+        async for _, _, valid, acc in ctx.tick().sample(unit.o.valid, unit.o.payload.acc):
+            if valid:
+                sums.append(acc[0])
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-8)
+    sim.add_testbench(send)
+    sim.add_process(receive)
+    sim.run_until(1e-5)
+    assert waits == expected_waits
+    assert sums == [v for index, x in zip(sequence, vectors) for v in matvec(np.array(x), matrices[index]).tolist()]
+
+
+def test_order_names_distinct_matrices():
+    with pytest.raises(ValueError, match="distinct indices"):
+        MatVec([np.zeros((2, 2)), np.zeros((2, 2))], 2, order=[0, 0])
+    with pytest.raises(ValueError, match="distinct indices"):
+        MatVec([np.zeros((2, 2))], 2, order=[1])
