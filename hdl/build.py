@@ -176,6 +176,15 @@ def critical_path(report):
     return None
 
 
+def nextpnr_options(seed=None):
+    """nextpnr-ecp5's options: the report that fmax and utilisation are read from, and the
+    placement ``seed`` where one is asked (else nextpnr's own)."""
+    options = ["--timing-allow-fail", "--router", "router2", "--report", "report.json"]
+    if seed is not None:
+        options += ["--seed", str(seed)]
+    return " ".join(options)
+
+
 def text_report(r):
     lines = [
         r["identity"],
@@ -183,7 +192,8 @@ def text_report(r):
         f"({r['lut_ways']} of them in LUTs), "
         + ("q, k, v from a table, " if r.get("qkv_table") else "")
         + f"UART {r['baud']} baud",
-        f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz: "
+        f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz"
+        + (f" (seed {r['seed']})" if r.get("seed") is not None else "") + ": "
         + ("timing met" if r["timing_met"] else "TIMING MISSED"),
     ]
     if r.get("critical_path"):
@@ -224,6 +234,9 @@ def main(argv=None):
     parser.add_argument("--qkv-table", action=argparse.BooleanOptionalAction, default=None,
                         help="read q, k and v from a table of every token and position (default: where "
                              "it takes at most 128 KB and the part has the block RAM)")
+    parser.add_argument("--seed", type=int,
+                        help="nextpnr's placement seed (default: nextpnr's own): fmax varies by a few "
+                             "MHz from seed to seed")
     parser.add_argument("--out", type=Path, default=Path("build/ulx3s"))
     parser.add_argument("--program", action="store_true", help="load the bitstream with openFPGALoader")
     args = parser.parse_args(argv)
@@ -255,7 +268,7 @@ def main(argv=None):
                           # design; the classic ABC flow works (see pyproject.toml's pin).
                           synth_opts="-noabc9 -run :check", script_after_read=KEEP_REPLICAS,
                           script_after_synth=SYNTH_CHECK,
-                          nextpnr_opts="--timing-allow-fail --router router2 --report report.json")
+                          nextpnr_opts=nextpnr_options(args.seed))
     plan.extract(build_dir)
     code, seconds = run_toolchain(build_dir, f"{plan.script}.sh", out / "toolchain.log")
     if code != 0 or not (build_dir / "top.bit").exists():
@@ -272,7 +285,7 @@ def main(argv=None):
     result = {
         "identity": model.identity_line, "model_sha256": model.sha256, "model_file": str(args.model),
         "board": "ulx3s", "device": args.device, "part": platform.device, "lanes": lanes,
-        "ways": ways, "lut_ways": lut_ways, "qkv_table": qkv_table,
+        "ways": ways, "lut_ways": lut_ways, "qkv_table": qkv_table, "seed": args.seed,
         "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
         "timing_met": fmax * 1e6 >= top.clock_hz, "critical_path": critical_path(report),
         "utilisation": {k: {"used": v["used"], "available": v["available"]}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from boards.ulx3s import PARTS, pll_parameters
-from hdl.build import FitError, check_fit, choose_ways, estimate, main
+from hdl.build import FitError, check_fit, choose_ways, estimate, main, nextpnr_options
 from int8model import load
 from int8model.synthetic import random_model
 
@@ -58,6 +58,11 @@ def test_the_qkv_table_where_the_part_has_the_block_ram():
     assert choose_ways(model, "85F") == (4, 1, 32, True)
     assert choose_ways(model, "45F") == (1, 1, 32, False)
     assert choose_ways(load(SHIPPED), "85F", qkv_table=False) == (4, 1, 32, False)
+
+
+def test_the_placement_seed_reaches_nextpnr():
+    assert "--seed" not in nextpnr_options()
+    assert nextpnr_options(7).split()[-2:] == ["--seed", "7"]
 
 
 @pytest.mark.slow
