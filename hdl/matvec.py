@@ -215,12 +215,13 @@ class MatVec(wiring.Component):
 
         # Stage flags that travel with each word down the pipeline.
         flags = data.StructLayout({
-            "valid": 1, "last": 1, "matrix": range(n),
+            "valid": 1, "first": 1, "last": 1, "matrix": range(n),
             "col_base": range(max(self.cols) + lanes), "count": range(lanes + 1),
         })
         issued = Signal(flags)
         m.d.comb += [
             issued.valid.eq(issue),
+            issued.first.eq(step == 0),
             issued.last.eq(final_step),
             issued.matrix.eq(current),
             issued.col_base.eq(col_base),
@@ -308,23 +309,25 @@ class MatVec(wiring.Component):
         # The lanes' enables, registered for the same reason.
         accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last
         load = Signal()        # advance & finishing: the group's sums go to the output buffer
+        # multiplied.first: a group's first word starts the sum afresh. It selects in every
+        # lane's adder: a copy per REPLICA_LANES lanes, each near its lanes.
+        first = replicas(unsigned(1), -(-lanes // self.REPLICA_LANES), "lanes_first")
         m.d.sync += [
             out_free.eq(next_out_free),
             advance.eq(next_advance),
             accumulate.eq(next_advance & next_valid & ~next_last),
             load.eq(next_finishing & next_out_free),
+            *(copy.eq(Mux(advance, operands.first, multiplied.first)) for copy in first),
         ]
 
         accumulating = global_net(m, platform, accumulate, "lanes_accumulate")
         loading = global_net(m, platform, load, "lanes_load")
         for lane, (acc, out, lane_terms) in enumerate(zip(accumulators, outputs, terms)):
-            result = tree_sum(lane_terms + [acc])
+            result = tree_sum(lane_terms + [Mux(first[lane // self.REPLICA_LANES], 0, acc)])
             with m.If(accumulating):
                 m.d.sync += acc.eq(result)
-            # As its sum leaves, the accumulator clears for the next group's first word: a
-            # synchronous reset (the register's own, not a select in the adder).
             with m.If(loading):
-                m.d.sync += [out.eq(result), acc.eq(0)]
+                m.d.sync += out.eq(result)
 
         m.d.comb += [
             output.i.valid.eq(~out_free),
