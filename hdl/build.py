@@ -55,9 +55,9 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None
     groups = lambda cols: -(-cols // lanes)
     steps = lambda rows: -(-rows // ways)
     weight_words = steps(d) * (groups(3 * d) + groups(d) + groups(dff) + groups(vocab)) + steps(dff) * groups(d)
-    bank_lanes = [min(MatVec.BANK_LANES, lanes - first) for first in range(0, lanes, MatVec.BANK_LANES)]
     memories = {
-        **{f"weights{index}": (weight_words, 8 * count * ways) for index, count in enumerate(bank_lanes)},
+        **{f"weights{index}": (weight_words, 8 * len(bank) * ways)
+           for index, bank in enumerate(MatVec.weight_banks(lanes))},
         **{f"kv_cache{bank}_{name}": (-(-seq_len // rows), 8 * d) for bank in range(rows) for name in "kv"},
         "embeddings": (vocab * d + seq_len * d, 24),
         "scores": (seq_len, 24 * model.n_heads),

@@ -22,8 +22,9 @@ class MatVec(wiring.Component):
     ``rows`` rows and ``cols`` columns is computed in ``ceil(cols / lanes)`` groups of columns,
     each taking ``ceil(rows / ways)`` cycles, the input streamed in during the first group and
     replayed from a buffer for the others. Each lane reads its weights from one word of a
-    shared memory that holds every matrix, word row by word row, group after group, so the
-    same lanes serve all the model's matrices in turn.
+    memory that holds every matrix, word row by word row, group after group (in banks of
+    ``BANK_LANES`` lanes, see :meth:`weight_banks`), so the same lanes serve all the model's
+    matrices in turn.
 
     A vector's last word may be partly empty (``rows`` not a multiple of ``ways``): the weight
     rows past the matrix are zero, so whatever the empty places hold adds nothing.
@@ -118,6 +119,12 @@ class MatVec(wiring.Component):
                     word += 1
         return table
 
+    @classmethod
+    def weight_banks(cls, lanes):
+        """The lanes of each bank of the weight memory, as ranges: ``BANK_LANES`` each, the
+        last the rest."""
+        return [range(first, min(first + cls.BANK_LANES, lanes)) for first in range(0, lanes, cls.BANK_LANES)]
+
     @property
     def multipliers(self):
         """The lanes' products a cycle."""
@@ -134,7 +141,7 @@ class MatVec(wiring.Component):
         # long route. Block RAM however shallow: as a LUT ROM, a wide shallow memory costs
         # thousands of LUTs. A bank's word: lane l's weight for element k in byte k · its lanes + l.
         table = self.weight_table()
-        banks = [range(first, min(first + self.BANK_LANES, lanes)) for first in range(0, lanes, self.BANK_LANES)]
+        banks = self.weight_banks(lanes)
         weight_reads = []
         for index, bank in enumerate(banks):
             bank_table = table[:, :, bank.start:bank.stop].reshape(self.depth, -1)
