@@ -107,6 +107,7 @@ class TB:
         self.prefill_cycles = []  # the same, of prefill steps
         self.prefills = set()  # the steps (by index in the observer's) that were prefill steps
         self.prefilling = False
+        self.steps_to_open = 0  # generated steps whose record opens as the one before ends
 
     async def status(self):
         await ReadOnly()
@@ -136,6 +137,9 @@ class TB:
             if status["steps"] > steps:
                 kind = self.prefill_cycles if self.prefilling else self.cycles
                 kind.append((status["pos"] - 1, status["cycles"]))
+                if self.steps_to_open:  # the next generated step starts in this cycle
+                    self.observer.new_step()
+                    self.steps_to_open -= 1
             steps = status["steps"]
 
     async def feed(self, token, prefill=False):
@@ -148,12 +152,19 @@ class TB:
         return status
 
     async def generate(self, count):
-        """Generate, recording each step's cycles; returns the tokens."""
+        """Generate, recording each step's cycles; returns the tokens.
+
+        The first token is the last fed step's; each of the ``count − 1`` steps after it is
+        recorded from its start: the first with the command, each next one as the engine ends
+        the step before (not as a token arrives: tokens wait on the device while the next step
+        runs, so a slow reader would see the next step's first values first).
+        """
+        if count > 1:
+            self.observer.new_step()
+        self.steps_to_open = max(0, count - 2)
         await self.cmd.send([{"op": Op.GENERATE, "arg": count}])
         tokens = []
         for _ in range(count):
-            if tokens:
-                self.observer.new_step()
             tokens += await self.tokens.receive(1, timeout=1_000_000)
         status = await self.idle()
         return tokens, status
@@ -220,6 +231,7 @@ async def bad_input_is_reported_and_harmless(dut):
     await start(dut)
     tb = TB(dut, engine, random.Random(1))
     cocotb.start_soon(tb.observer.run())
+    cocotb.start_soon(tb.watch_steps())
 
     status = await tb.command(Op.NEW)
     status = await tb.command(Op.GENERATE, 3)
