@@ -6,7 +6,7 @@ from .argmax import first_maximum
 from .divider import FloorDivider
 from .fanout import replicas
 from .kv_cache import CacheRead
-from .product import product_stages, registered_product, split_product, tree_sum
+from .product import operand_product, product_stages, registered_product, split_product, tree_sum
 from .requant import Requant, Rule
 
 __all__ = ["Attention"]
@@ -131,7 +131,14 @@ class Attention(wiring.Component):
         products = [[] for _ in range(rows)]  # per bank and column: the product's terms
         for r in range(rows):
             for e in range(d):
-                # Operands are registered: the phase select fans out to every multiplier.
+                # Operands are registered (the phase select fans out to every multiplier): in a
+                # DSP block, its own input registers (see operand_product).
+                if r == 0:
+                    operand = operand_product(m, platform, operand_a[r][e], operand_b[r][e], name=f"multiplier{e}")
+                    product = Signal.like(operand, name=f"p{r}_{e}")
+                    m.d.sync += product.eq(operand)
+                    products[r].append([product])
+                    continue
                 ra = Signal.like(operand_a[r][e], name=f"ra{r}_{e}")
                 rb = Signal.like(operand_b[r][e], name=f"rb{r}_{e}")
                 m.d.sync += [ra.eq(operand_a[r][e]), rb.eq(operand_b[r][e])]

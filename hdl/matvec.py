@@ -7,7 +7,7 @@ from int8model.bounds import Bound, matvec_bound
 
 from .fifo import SkidBuffer
 from .fanout import global_net, replicas
-from .product import registered_product, tree_sum
+from .product import operand_product, registered_product, tree_sum
 
 __all__ = ["MatVec"]
 
@@ -258,34 +258,38 @@ class MatVec(wiring.Component):
             for k, copies in enumerate(staged_copies):
                 m.d.sync += [copy.eq(elements[k]) for copy in copies]
 
-        # -- Operands: each multiplier's own pair of registers, placed beside it, so that the
-        # long routes end in a register and the multiplier starts from one next to it.
-        operands = Signal(flags)
-        elements = [[replicas(signed(8), 1, f"operand{k}_{lane}")[0] for lane in range(lanes)]
-                    for k in range(ways)]
-        weights_in = [Signal.like(bank, name=f"weights_in{index}") for index, bank in enumerate(staged_weights)]
-        with m.If(moving):
-            m.d.sync += operands.eq(staged)
-            m.d.sync += [into.eq(bank) for into, bank in zip(weights_in, staged_weights)]
-            for k in range(ways):
-                for lane, element in enumerate(elements[k]):
-                    m.d.sync += element.eq(staged_copies[k][lane // self.REPLICA_LANES])
-
+        # -- Operands: each multiplier's own pair of registers, so that the long routes end in a
+        # register and the multiplier starts from one: a DSP block's own input registers (see
+        # operand_product), or registers placed beside a multiplier made of LUT logic.
         # -- Multiply: one int8 × int8 product per lane and element; in the LUT ways as two
         # partial products, added in the next stage with the others.
+        operands = Signal(flags)
         multiplied = Signal(flags)
-        terms = [[] for _ in range(lanes)]  # per lane: what its products of the word add up from
         with m.If(moving):
-            m.d.sync += multiplied.eq(operands)
-            for k in range(ways):
-                for lane in range(lanes):
-                    index, place = divmod(lane, self.BANK_LANES)
-                    byte = k * len(banks[index]) + place
-                    weight = weights_in[index][8 * byte:8 * byte + 8].as_signed()
-                    registers, product = registered_product(
-                        elements[k][lane], weight, in_luts=k >= ways - self.lut_ways, name=f"product{k}_{lane}")
+            m.d.sync += [operands.eq(staged), multiplied.eq(operands)]
+        terms = [[] for _ in range(lanes)]  # per lane: what its products of the word add up from
+        for k in range(ways):
+            in_luts = k >= ways - self.lut_ways
+            for lane in range(lanes):
+                element = staged_copies[k][lane // self.REPLICA_LANES]
+                index, place = divmod(lane, self.BANK_LANES)
+                byte = k * len(banks[index]) + place
+                weight = staged_weights[index][8 * byte:8 * byte + 8].as_signed()
+                if in_luts:
+                    element_in = replicas(signed(8), 1, f"operand{k}_{lane}")[0]
+                    weight_in = Signal(signed(8), name=f"weight{k}_{lane}")
+                    with m.If(moving):
+                        m.d.sync += [element_in.eq(element), weight_in.eq(weight)]
+                    registers, product = registered_product(element_in, weight_in, in_luts=True,
+                                                            name=f"product{k}_{lane}")
+                else:
+                    operand = operand_product(m, platform, element, weight, enable=moving,
+                                              name=f"multiplier{k}_{lane}")
+                    registered = Signal.like(operand, name=f"product{k}_{lane}")
+                    registers, product = [registered.eq(operand)], [registered]
+                with m.If(moving):
                     m.d.sync += registers
-                    terms[lane] += product
+                terms[lane] += product
 
         # -- Accumulate: each lane adds the word's products to its sum in one stage, the adds
         # as a balanced tree (few carry chains in series); a group's last word lands in the

@@ -6,10 +6,10 @@ path of a design. ``split_product`` instead registers each half's product and ad
 in the next cycle.
 """
 
-from amaranth.hdl import Mux, Signal, signed
+from amaranth.hdl import ClockSignal, Instance, Mux, Signal, signed
 
 __all__ = ["MULTIPLIER_BITS", "product_stages", "product_terms", "split_product", "nibble_products",
-           "registered_product", "tree_sum"]
+           "registered_product", "operand_product", "operand_terms", "tree_sum"]
 
 MULTIPLIER_BITS = 18
 LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
@@ -94,3 +94,70 @@ def registered_product(a, b, *, in_luts, name):
     high = Signal(signed(len(a) + 4), name=f"{name}_high")
     low_part, high_part = nibble_products(a, b)
     return [low.eq(low_part), high.eq(high_part)], [low, high << 4]
+
+
+def operand_product(m, platform, a, b, *, enable=1, name):
+    """``a · b`` as ``a`` and ``b`` were a cycle earlier: the product of two operand registers
+    (moving on ``enable``), not itself registered.
+
+    On an ECP5, where both fit one multiplier, the operand registers are the multiplier's own
+    (``MULT18X18D`` with its A and B input registers): the long route into a multiplier then
+    ends in a register, and only the multiplier's delay and the route out lie between it and
+    the next. Elsewhere (simulation), and for wider operands, two registers do the same.
+    """
+    width = len(a) + len(b) + (0 if a.shape().signed or b.shape().signed else 1)
+    fits = all(len(operand) + (0 if operand.shape().signed else 1) <= MULTIPLIER_BITS for operand in (a, b))
+    if getattr(platform, "family", None) != "ecp5" or not fits:
+        registered_a = Signal.like(a, name=f"{name}_a")
+        registered_b = Signal.like(b, name=f"{name}_b")
+        with m.If(enable):
+            m.d.sync += [registered_a.eq(a), registered_b.eq(b)]
+        product = Signal(signed(width), name=name)
+        m.d.comb += product.eq(registered_a * registered_b)
+        return product
+    # Both operands sign-extended (or zero-extended, if unsigned) to 18 bits, multiplied signed.
+    wide_a, wide_b = Signal(signed(MULTIPLIER_BITS), name=f"{name}_a"), Signal(signed(MULTIPLIER_BITS), name=f"{name}_b")
+    wide_product = Signal(signed(2 * MULTIPLIER_BITS), name=f"{name}_p")
+    m.d.comb += [wide_a.eq(a), wide_b.eq(b)]
+    registers = {f"p_REG_INPUT{port}_{what}": value for port in "AB"
+                 for what, value in (("CLK", "CLK0"), ("CE", "CE0"), ("RST", "RST0"))}
+    m.submodules[name] = Instance(
+        "MULT18X18D", **registers,
+        i_CLK0=ClockSignal("sync"), i_CE0=enable, i_RST0=0,
+        i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
+        **{f"i_A{bit}": wide_a[bit] for bit in range(MULTIPLIER_BITS)},
+        **{f"i_B{bit}": wide_b[bit] for bit in range(MULTIPLIER_BITS)},
+        **{f"i_C{bit}": 0 for bit in range(MULTIPLIER_BITS)},
+        **{f"o_P{bit}": wide_product[bit] for bit in range(2 * MULTIPLIER_BITS)})
+    product = Signal(signed(width), name=name)
+    m.d.comb += product.eq(wide_product[:width])
+    return product
+
+
+def operand_terms(m, platform, a, b, enable, width, name):
+    """As :func:`product_terms`, but of operands not yet registered: ``a`` and ``b`` go into
+    operand registers (a multiplier's own, see :func:`operand_product`), the terms of ``a · b``
+    into registers a cycle later, all moving on ``enable``. ``b`` must fit a multiplier."""
+    def registered(value, term_name, term_width=width):
+        term = Signal(signed(term_width), name=term_name)
+        with m.If(enable):
+            m.d.sync += term.eq(value)
+        return term
+
+    if product_stages(len(a), a.shape().signed) == 1:
+        return [registered(operand_product(m, platform, a, b, enable=enable, name=f"{name}_multiplier"), name)]
+    high_part = a[LOW_BITS:].as_signed() if a.shape().signed else a[LOW_BITS:]
+    low = registered(operand_product(m, platform, a[:LOW_BITS], b, enable=enable, name=f"{name}_low_multiplier"),
+                     f"{name}_low", LOW_BITS + len(b) + 1)
+    if len(high_part) <= SHIFT_ADD_BITS:
+        # A few high bits: a sum of shifted copies of `b` costs less than a multiplier.
+        high_bits, b_bits = Signal.like(high_part, name=f"{name}_high_bits"), Signal.like(b, name=f"{name}_b")
+        with m.If(enable):
+            m.d.sync += [high_bits.eq(high_part), b_bits.eq(b)]
+        terms = [Mux(high_bits[i], b_bits << i, 0) for i in range(len(high_bits))]
+        if a.shape().signed:
+            terms[-1] = -terms[-1]  # the sign bit weighs −2^i
+        high_product = sum(terms)
+    else:
+        high_product = operand_product(m, platform, high_part, b, enable=enable, name=f"{name}_high_multiplier")
+    return [low, registered(high_product, f"{name}_high") << LOW_BITS]

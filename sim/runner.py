@@ -13,9 +13,17 @@ from amaranth.back import verilog
 from cocotb_tools.check_results import get_results
 from cocotb_tools.runner import get_runner
 
-__all__ = ["BUILD_ROOT", "run_bench", "bench_params"]
+__all__ = ["BUILD_ROOT", "ECP5Cells", "run_bench", "bench_params"]
 
 BUILD_ROOT = Path(__file__).resolve().parent.parent / "build" / "cocotb"
+
+
+class ECP5Cells:
+    """A platform to elaborate a unit as for an ECP5, with the ECP5 primitives it instantiates
+    itself (multipliers with their own registers, global buffers), which ``models/ecp5_cells.v``
+    simulates: ``run_bench(..., platform=ECP5Cells())``."""
+    family = "ecp5"
+    models = [Path(__file__).resolve().parent / "models" / "ecp5_cells.v"]
 
 
 # Yosys makes each `always @*` block sensitive to a register declared `= 0`, expecting that to
@@ -24,21 +32,23 @@ BUILD_ROOT = Path(__file__).resolve().parent.parent / "build" / "cocotb"
 _WAKE = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;")
 
 
-def verilog_for_icarus(component, name):
-    text = verilog.convert(component, name=name, emit_src=False)
+def verilog_for_icarus(component, name, platform=None):
+    text = verilog.convert(component, name=name, platform=platform, emit_src=False)
     return _WAKE.sub(lambda m: f"reg {m[1]} = 0;\n  initial #1 {m[1]} = 1;", text)
 
 
-def run_bench(component, *, name, test_module, params, testcase=None, build_dir=None, log_file=None):
-    """Convert ``component`` to Verilog as module ``name`` and run ``test_module`` against it."""
+def run_bench(component, *, name, test_module, params, testcase=None, build_dir=None, log_file=None,
+              platform=None):
+    """Convert ``component`` to Verilog as module ``name`` (elaborated for ``platform``, with its
+    primitives' ``models`` where it has them) and run ``test_module`` against it."""
     build_dir = Path(build_dir) if build_dir else BUILD_ROOT / name
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{name}.v"
-    source.write_text(verilog_for_icarus(component, name))
+    source.write_text(verilog_for_icarus(component, name, platform))
     params_file = build_dir / "params.json"
     params_file.write_text(json.dumps(params))
     runner = get_runner("icarus")
-    runner.build(sources=[source], hdl_toplevel=name, build_dir=build_dir,
+    runner.build(sources=[source, *getattr(platform, "models", [])], hdl_toplevel=name, build_dir=build_dir,
                  timescale=("1ns", "1ps"), always=True)
     results = runner.test(test_module=test_module, hdl_toplevel=name, build_dir=build_dir,
                           testcase=testcase, extra_env={"BENCH_PARAMS": str(params_file)},

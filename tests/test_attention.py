@@ -5,13 +5,13 @@ from int8model import analyse
 from int8model.format import from_json
 from int8model.synthetic import random_model
 from sim.harness import AttentionWithCache
-from sim.runner import run_bench
+from sim.runner import BUILD_ROOT, ECP5Cells, run_bench
 
 
-def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1):
+def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1, platform=None):
     params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall, "ways": ways, "rows": rows}
     run_bench(AttentionWithCache(model, analyse(model), ways=ways, rows=rows), name=name,
-              test_module="sim.bench_attention", params=params)
+              test_module="sim.bench_attention", params=params, platform=platform)
 
 
 @pytest.mark.parametrize("shape", [(8, 1, 8, 8, 8), (16, 4, 16, 16, 12), (32, 4, 32, 32, 32), (24, 3, 8, 8, 5)])
@@ -34,6 +34,15 @@ def test_several_columns_a_cycle(shape, ways):
     """Context words of `ways` columns, spanning heads, the last one part empty."""
     rng = np.random.default_rng(sum(shape) + ways)
     run("attention_ways{}_{}_{}_{}_{}_{}".format(ways, *shape), random_model(rng, *shape), seed=ways, ways=ways)
+
+
+def test_ecp5_multipliers_in_their_own_registers():
+    """Elaborated as for an ECP5: the first bank's multipliers (q·K, then weight·V) hold their
+    operands in the MULT18X18Ds' own input registers; simulated with the primitives' models,
+    against the golden model."""
+    rng = np.random.default_rng(41)
+    run("attention_ecp5", random_model(rng, 16, 2, 16, 16, 12), seed=41, rows=2, ways=2, platform=ECP5Cells())
+    assert (BUILD_ROOT / "attention_ecp5" / "attention_ecp5.v").read_text().count("MULT18X18D #(") == 16
 
 
 def test_extreme_models():

@@ -6,27 +6,29 @@ import pytest
 from hdl.engine import Engine
 from int8model import load
 from int8model.synthetic import random_model
-from sim.runner import run_bench
+from sim.runner import ECP5Cells, run_bench
 
 SHIPPED = "models/zen32.json"
 
 
 def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3, lut_ways=0, attention_rows=2,
-        qkv_table=None):
+        qkv_table=None, platform=None):
     params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
               "report": report, "ways": ways, "lut_ways": lut_ways, "attention_rows": attention_rows,
               "qkv_table": qkv_table}
     engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, attention_rows=attention_rows,
                     qkv_table=qkv_table)
     run_bench(engine, name=name,
-              test_module="sim.bench_engine", params=params, testcase=testcase)
+              test_module="sim.bench_engine", params=params, testcase=testcase, platform=platform)
 
 
 def test_shipped_model():
-    """As the 85F is built: 32 lanes x 4 ways, one of them in LUT multipliers."""
+    """As the 85F is built: 32 lanes x 4 ways, one of them in LUT multipliers, elaborated for
+    the ECP5 (its multipliers with their own registers, its global buffers) and simulated with
+    the primitives' models."""
     model = load(SHIPPED)
     run("engine_shipped", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden",
-        ways=4, lut_ways=1)
+        ways=4, lut_ways=1, platform=ECP5Cells())
 
 
 def test_shipped_model_three_ways():

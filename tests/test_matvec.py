@@ -3,14 +3,14 @@ import pytest
 
 from hdl.matvec import MatVec
 from int8model.synthetic import random_model
-from sim.runner import run_bench
+from sim.runner import BUILD_ROOT, ECP5Cells, run_bench
 
 
-def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_ways=0):
+def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_ways=0, platform=None):
     params = {"matrices": [np.asarray(w).tolist() for w in matrices], "lanes": lanes, "ways": ways,
               "lut_ways": lut_ways, "seed": seed, "count": count, "idle": idle, "stall": stall}
     run_bench(MatVec(matrices, lanes, ways=ways, lut_ways=lut_ways), name=name,
-              test_module="sim.bench_matvec", params=params)
+              test_module="sim.bench_matvec", params=params, platform=platform)
 
 
 def test_accumulator_width_follows_the_weights():
@@ -68,6 +68,18 @@ def test_lut_multipliers(ways, lut_ways, lanes):
                 rng.integers(-128, 128, (13, lanes + 1))]
     run(f"matvec_lut{lut_ways}of{ways}_{lanes}", matrices, lanes=lanes, ways=ways, lut_ways=lut_ways,
         seed=lut_ways, count=30)
+
+
+def test_ecp5_multipliers_in_their_own_registers():
+    """Elaborated as for an ECP5: each DSP way is a MULT18X18D whose own input registers hold
+    its operands, and the pipeline's enables go through global buffers; simulated with the
+    primitives' models, the sums are the golden ones, stalls and all."""
+    rng = np.random.default_rng(7)
+    matrices = [np.full((5, 7), -128), np.full((7, 3), 127), rng.choice([-128, -1, 0, 127], (9, 10)),
+                rng.integers(-128, 128, (13, 9))]
+    run("matvec_ecp5", matrices, lanes=8, ways=4, lut_ways=1, seed=7, count=30, platform=ECP5Cells())
+    verilog = (BUILD_ROOT / "matvec_ecp5" / "matvec_ecp5.v").read_text()
+    assert verilog.count("MULT18X18D #(") == 8 * 3
 
 
 def test_lut_ways_take_at_most_the_ways():
