@@ -55,8 +55,9 @@ class Epilogue(wiring.Component):
     Its input must come from registers (in the engine: the routed register slice), with the
     first requant's ``multiplier`` for the value's stage (:meth:`first_multiplier`).
 
-    Latency: a requant 2 cycles (also for a value wider than a multiplier's 18 bits): 4 cycles
-    for ``O``, ``H`` and ``F``, 2 for the others; throughput one value per cycle.
+    Latency: the first requant 2 cycles, the last 3 (also for a value wider than a multiplier's
+    18 bits): 5 cycles for ``O``, ``H`` and ``F``, 3 for ``EMBED``, 2 for the others; throughput
+    one value per cycle.
     """
 
     def __init__(self, model, bounds):
@@ -86,8 +87,9 @@ class Epilogue(wiring.Component):
         # (see Engine) goes to this scratch column, so that it never overwrites a stored one.
         self.scratch = max(model.d_model, model.d_ff)
         columns = self.scratch + 1
-        # Both requants start from registers: the engine's routed slice, the first requant's
-        # output (or the routed slice, for EMBED).
+        # The first requant starts from the engine's routed slice, a register. The last one's
+        # input is chosen between the first's output and the routed slice (for EMBED), so it
+        # registers its input: in its multipliers' own operand registers.
         stored = {"x": b["x"], "s1": b["s1"]}
         adds = {s: stored[residual_rules[s][0]] if residual_rules.get(s, (None,))[0] else None for s in stages}
         middle_rules = [last[s] for s in stages]
@@ -101,7 +103,7 @@ class Epilogue(wiring.Component):
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
         self.residual = Residual(stored, [residual_rules.get(s, (None, None)) for s in stages], columns,
                                  middle_bound.bits)
-        self.last = Requant(middle_bound, middle_rules, tag_shape=range(columns), registered_input=True,
+        self.last = Requant(middle_bound, middle_rules, tag_shape=range(columns),
                             multiplier_input=True)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from int8model.bounds import Bound, signed_bits
 
 from .fifo import SkidBuffer
-from .product import product_terms
+from .product import operand_terms, product_terms
 
 __all__ = ["Rule", "Requant", "multiplier_bits"]
 
@@ -167,10 +167,11 @@ class Requant(wiring.Component):
         tag1 = Signal(self.tag_shape)
         valid1 = Signal()
         addend = Signal(signed(self.product_bits))
+        multiplier_in = self.i.payload.multiplier if self.multiplier_input else self.multiplier_of(select)
         stage1 = [
             addend.eq(self.i.payload.addend if self.addend_bounds is not None else 0),
             value.eq(self.i.payload.value),
-            multiplier.eq(self.i.payload.multiplier if self.multiplier_input else self.multiplier_of(select)),
+            multiplier.eq(multiplier_in),
             select1.eq(select),
             tag1.eq(self.i.payload.tag),
             valid1.eq(self.i.valid),
@@ -193,7 +194,12 @@ class Requant(wiring.Component):
                                          for r in rules)[select1] + shifted_addend)
             product_cycles = 0
         else:
-            terms = product_terms(m, value, multiplier, advance, self.product_bits, "product")
+            if self.registered_input:
+                terms = product_terms(m, value, multiplier, advance, self.product_bits, "product")
+            else:
+                # Stage 1's value and multiplier are the multipliers' own operand registers.
+                terms = operand_terms(m, platform, self.i.payload.value, multiplier_in, advance, self.product_bits,
+                                      "product")
             if self.addend_bounds is not None:
                 addend2 = Signal(signed(self.product_bits), name="addend2")
                 with m.If(advance):

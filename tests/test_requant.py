@@ -2,11 +2,12 @@ import numpy as np
 import pytest
 
 from hdl.requant import Requant, Rule
+from int8model import load
 from int8model.bounds import Bound
 from int8model.format import REQUANTS
 from int8model.synthetic import random_model
 from sim.latency import one_item
-from sim.runner import run_bench
+from sim.runner import BUILD_ROOT, ECP5Cells, run_bench
 
 EDGE_RULES = [
     Rule(1, 0), Rule(-1, 0), Rule(1, 63), Rule(-1, 63), Rule(2**40 - 1, 63), Rule(-(2**40), 63),
@@ -15,7 +16,8 @@ EDGE_RULES = [
 ]
 
 
-def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_bounds=None, multiplier_input=False):
+def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_bounds=None, multiplier_input=False,
+        platform=None):
     bounds = [[b.lo, b.hi] for b in in_bound] if isinstance(in_bound, list) else [in_bound.lo, in_bound.hi]
     params = {"in_bound": bounds,
               "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
@@ -25,7 +27,7 @@ def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_
     unit = Requant(in_bound, rules, registered_input=registered_input, addend_bounds=addend_bounds,
                    multiplier_input=multiplier_input)
     run_bench(unit, name=name,
-              test_module="sim.bench_requant", params=params)
+              test_module="sim.bench_requant", params=params, platform=platform)
 
 
 def test_widths_follow_the_bounds():
@@ -108,6 +110,19 @@ def test_rules_of_random_models(seed):
     model = random_model(rng, 16, 2, 24, 16, 16, extreme=True)
     rules = [Rule.to8(model.requant[k]) for k in REQUANTS] + [Rule.rq(model.requant["M_h"], relu=True)]
     run(f"requant_random{seed}", Bound(-2**18, 2**18), rules, seed=seed)
+
+
+@pytest.mark.parametrize("source", ["models/zen32.json", 2])
+def test_ecp5_multipliers_in_their_own_registers(source):
+    """Elaborated as for an ECP5, as the epilogue's last requant is (each input with its rule's
+    multiplier): the operands go into the MULT18X18Ds' own input registers, a wide input's
+    product in two of them; simulated with the primitives' models, against the golden model.
+    The rules of the shipped model, and of a random one."""
+    model = load(source) if isinstance(source, str) else random_model(np.random.default_rng(source), 16, 2, 24, 16, 16)
+    rules = [Rule.to8(model.requant[k]) for k in REQUANTS] + [Rule.rq(model.requant["M_h"], relu=True)]
+    name = f"requant_ecp5_{model.sha256[:8]}"
+    run(name, Bound(-2**21, 2**21 - 1), rules, seed=11, count=1500, multiplier_input=True, platform=ECP5Cells())
+    assert (BUILD_ROOT / name / f"{name}.v").read_text().count("MULT18X18D #(") == 2
 
 
 SHIFT_ONLY = [Rule(1, 0), Rule(4, 3, saturate=False), Rule(0, 2), Rule(2**20, 25, relu=True), Rule(1, 63)]
