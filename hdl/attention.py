@@ -53,15 +53,15 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 15`` cycles (one more for pos < rows) from taking the
+    Latency: ``2·ceil((pos + 1) / rows) + 16`` cycles (one more for pos < rows) from taking the
     query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
 
-    SCORE_LATENCY = 5   # issue → row address → K row → operands → products → head sums, written
+    SCORE_LATENCY = 6   # issue → row address → K row → its register → operands → products → head sums, written
     # issue → gap operand → × M_score (two cycles when cut) → index into the LUT's read, V read
-    # → operands → products → num
+    # (a cycle earlier, through its register) → operands → products → num
     WEIGHT_LATENCY = 5
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
 
@@ -189,22 +189,22 @@ class Attention(wiring.Component):
                 m.d.sync += head_sums[r][g].eq(tree_sum([t for e in range(g * hd, (g + 1) * hd)
                                                          for t in products[r][e]]))
             m.d.comb += [
-                *(write.addr.eq(s_group[4]) for write in score_writes[r]),
+                *(write.addr.eq(s_group[-1]) for write in score_writes[r]),
                 *(write.data.eq(head_sums[r][g]) for g, write in enumerate(score_writes[r])),
-                *(write.en.eq(s_valid[4]) for write in score_writes[r]),
+                *(write.en.eq(s_valid[-1]) for write in score_writes[r]),
             ]
-        with m.If(s_valid[4]):
+        with m.If(s_valid[-1]):
             for g in range(heads):
                 # The group's first maximum, and whether it beats the running one: every
                 # comparison side by side (one carry chain deep), then only logic on their bits.
                 sums = [head_sums[r][g] for r in range(rows)]
                 above_peak = [value > peak[g] for value in sums]
                 greater = {(j, k): sums[k] > sums[j] for j in range(rows) for k in range(j + 1, rows)}
-                taken = first_maximum([s_rows[4][r] for r in range(rows)], greater)
+                taken = first_maximum([s_rows[-1][r] for r in range(rows)], greater)
                 best, beats = sums[0], above_peak[0]
                 for r in range(1, rows):
                     best, beats = Mux(taken[r], sums[r], best), Mux(taken[r], above_peak[r], beats)
-                with m.If((s_group[4] == 0) | beats):
+                with m.If((s_group[-1] == 0) | beats):
                     m.d.sync += peak[g].eq(best)
 
         # -- Phase 2: weights, den, num, a group of rows a cycle again.
@@ -243,15 +243,15 @@ class Attention(wiring.Component):
                 # A row past pos weighs nothing: it adds to neither den nor num.
                 weights[r].append(Mux(w_rows[lut_stage][r], port.data, 0))
 
-        # The cache's address is registered (it reaches every block RAM of the cache): K rows
-        # arrive two cycles after their issue; V rows in step with the LUT's entries.
-        m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[lut_stage - 2]))
+        # The cache's address is registered (it reaches every block RAM of the cache), and so
+        # are its rows (a block RAM's output is slow, and the multipliers are spread over the
+        # part): K rows reach the multipliers three cycles after their issue; V rows in step
+        # with the LUT's entries.
+        m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[lut_stage - 3]))
         for r in range(rows):
             for e in range(d):
-                m.d.comb += [
-                    operand_a[r][e].eq(Mux(scoring, q[e], weights[r][e // hd])),
-                    operand_b[r][e].eq(Mux(scoring, self.cache.k[r][e], self.cache.v[r][e])),
-                ]
+                m.d.comb += operand_a[r][e].eq(Mux(scoring, q[e], weights[r][e // hd]))
+                m.d.sync += operand_b[r][e].eq(Mux(scoring, self.cache.k[r][e], self.cache.v[r][e]))
 
         den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
         num = Signal(data.ArrayLayout(signed(b["num"].bits), d))
