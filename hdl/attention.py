@@ -53,7 +53,7 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 16`` cycles (one more for pos < rows) from taking the
+    Latency: ``2·ceil((pos + 1) / rows) + 17`` cycles (one more for pos < rows) from taking the
     query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
@@ -64,6 +64,7 @@ class Attention(wiring.Component):
     # (a cycle earlier, through its register) → operands → products → num
     WEIGHT_LATENCY = 5
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
+    SELECT_COLUMNS = 4   # columns of multipliers per copy of the phase register
 
     def __init__(self, model, bounds, *, ways=1, rows=1):
         self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
@@ -126,6 +127,12 @@ class Attention(wiring.Component):
         # -- The shared multipliers, one set per bank: q·K in the score phase, w·V in the
         # weight phase. The first bank's are DSP blocks, the others' LUT logic.
         scoring = Signal(init=1)
+        # The phase also selects every multiplier's operands: a copy per SELECT_COLUMNS
+        # columns, each near its multipliers (one register reaching them all took a 10 ns route).
+        operand_scoring = replicas(1, -(-d // self.SELECT_COLUMNS), "operand_scoring", init=1)
+
+        def set_scoring(value):
+            m.d.sync += [copy.eq(value) for copy in [scoring, *operand_scoring]]
         operand_a = [[Signal(signed(self.operand_bits), name=f"a{r}_{e}") for e in range(d)] for r in range(rows)]
         operand_b = [[Signal(signed(8), name=f"b{r}_{e}") for e in range(d)] for r in range(rows)]
         products = [[] for _ in range(rows)]  # per bank and column: the product's terms
@@ -193,19 +200,28 @@ class Attention(wiring.Component):
                 *(write.data.eq(head_sums[r][g]) for g, write in enumerate(score_writes[r])),
                 *(write.en.eq(s_valid[-1]) for write in score_writes[r]),
             ]
+        # The maximum in two stages: the group's first maximum into a register, then the
+        # running one, whose loop is then one comparison and a select (the sums come from
+        # multipliers all over the part; compared with the running maximum at once, they were
+        # the critical path).
+        group_best = Signal(score_layout)
+        group_valid = Signal()
+        group_first = Signal()
+        m.d.sync += [group_valid.eq(s_valid[-1]), group_first.eq(s_group[-1] == 0)]
         with m.If(s_valid[-1]):
             for g in range(heads):
-                # The group's first maximum, and whether it beats the running one: every
-                # comparison side by side (one carry chain deep), then only logic on their bits.
+                # Every comparison side by side (one carry chain deep), then only logic on their bits.
                 sums = [head_sums[r][g] for r in range(rows)]
-                above_peak = [value > peak[g] for value in sums]
                 greater = {(j, k): sums[k] > sums[j] for j in range(rows) for k in range(j + 1, rows)}
                 taken = first_maximum([s_rows[-1][r] for r in range(rows)], greater)
-                best, beats = sums[0], above_peak[0]
+                best = sums[0]
                 for r in range(1, rows):
-                    best, beats = Mux(taken[r], sums[r], best), Mux(taken[r], above_peak[r], beats)
-                with m.If((s_group[-1] == 0) | beats):
-                    m.d.sync += peak[g].eq(best)
+                    best = Mux(taken[r], sums[r], best)
+                m.d.sync += group_best[g].eq(best)
+        with m.If(group_valid):
+            for g in range(heads):
+                with m.If(group_first | (group_best[g] > peak[g])):
+                    m.d.sync += peak[g].eq(group_best[g])
 
         # -- Phase 2: weights, den, num, a group of rows a cycle again.
         weight_latency = self.WEIGHT_LATENCY + self.gap_stages
@@ -250,8 +266,9 @@ class Attention(wiring.Component):
         m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[lut_stage - 3]))
         for r in range(rows):
             for e in range(d):
-                m.d.comb += operand_a[r][e].eq(Mux(scoring, q[e], weights[r][e // hd]))
-                m.d.sync += operand_b[r][e].eq(Mux(scoring, self.cache.k[r][e], self.cache.v[r][e]))
+                select = operand_scoring[e // self.SELECT_COLUMNS]
+                m.d.comb += operand_a[r][e].eq(Mux(select, q[e], weights[r][e // hd]))
+                m.d.sync += operand_b[r][e].eq(Mux(select, self.cache.k[r][e], self.cache.v[r][e]))
 
         den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
         num = Signal(data.ArrayLayout(signed(b["num"].bits), d))
@@ -314,7 +331,8 @@ class Attention(wiring.Component):
                 early = self.i.payload.pos >= rows
                 with m.If(self.i.valid):
                     m.d.comb += issuing.eq(early)
-                    m.d.sync += [pos.eq(self.i.payload.pos), group.eq(early), scoring.eq(1), idle.eq(0)]
+                    m.d.sync += [pos.eq(self.i.payload.pos), group.eq(early), idle.eq(0)]
+                    set_scoring(1)
                     m.next = "SCORE"
             # A pass issues the groups of rows 0..pos, one a cycle, then waits for its
             # pipeline to drain.
@@ -330,9 +348,11 @@ class Attention(wiring.Component):
             with m.State("SCORE_DRAIN"):
                 # The weight phase reads a row's score as it issues it, and works out its gap
                 # from the maximum a cycle later: it may start as the last score reaches the
-                # next-to-last stage, so that the maximum is complete in time for row 0.
-                with m.If(s_valid[:self.SCORE_LATENCY - 2] == 0):
-                    m.d.sync += [group.eq(0), scoring.eq(0)]
+                # last stage (its group's maximum a cycle later, the running one a cycle after
+                # that), so that the maximum is complete in time for row 0.
+                with m.If(s_valid[:self.SCORE_LATENCY - 1] == 0):
+                    m.d.sync += group.eq(0)
+                    set_scoring(0)
                     m.next = "WEIGHT"
             with m.State("WEIGHT_DRAIN"):
                 # The numerators are complete a cycle after the last row leaves the pipeline's
@@ -350,6 +370,7 @@ class Attention(wiring.Component):
                     m.d.sync += column.eq(column + ways)
                     m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
                     with m.If(column + ways >= d):
-                        m.d.sync += [scoring.eq(1), idle.eq(1), group.eq(0)]
+                        m.d.sync += [idle.eq(1), group.eq(0)]
+                        set_scoring(1)
                         m.next = "IDLE"
         return m
