@@ -25,25 +25,32 @@ def product_terms(m, a, b, enable, width, name):
     """``a · b`` as the registers, one cycle later (moving on ``enable``), whose sum it is: the
     product, or its two halves where ``a`` is wider than a multiplier (to be added where the
     product is used). ``b`` must fit a multiplier."""
-    if product_stages(len(a), a.shape().signed) == 1:
-        product = Signal(signed(width), name=name)
+    return _terms(m, a, b, enable, width, name, multiply=lambda x, y, _: x * y, hold=lambda value, _: value)
+
+
+def _terms(m, a, b, enable, width, name, *, multiply, hold):
+    """The terms of :func:`product_terms`, with ``multiply(x, y, name)`` the product of two
+    operands and ``hold(value, name)`` an operand as the multipliers see it."""
+    def registered(value, term_name, term_width=width):
+        term = Signal(signed(term_width), name=term_name)
         with m.If(enable):
-            m.d.sync += product.eq(a * b)
-        return [product]
+            m.d.sync += term.eq(value)
+        return term
+
+    if product_stages(len(a), a.shape().signed) == 1:
+        return [registered(multiply(a, b, f"{name}_multiplier"), name)]
     high_part = a[LOW_BITS:].as_signed() if a.shape().signed else a[LOW_BITS:]
     if len(high_part) <= SHIFT_ADD_BITS:
         # A few high bits: a sum of shifted copies of `b` costs less than a multiplier.
-        terms = [Mux(high_part[i], b << i, 0) for i in range(len(high_part))]
+        high_bits, b_bits = hold(high_part, f"{name}_high_bits"), hold(b, f"{name}_b")
+        terms = [Mux(high_bits[i], b_bits << i, 0) for i in range(len(high_bits))]
         if a.shape().signed:
             terms[-1] = -terms[-1]  # the sign bit weighs −2^i
         high_product = sum(terms)
     else:
-        high_product = high_part * b
-    low = Signal(signed(LOW_BITS + len(b) + 1), name=f"{name}_low")
-    high = Signal(signed(width), name=f"{name}_high")
-    with m.If(enable):
-        m.d.sync += [low.eq(a[:LOW_BITS] * b), high.eq(high_product)]
-    return [low, high << LOW_BITS]
+        high_product = multiply(high_part, b, f"{name}_high_multiplier")
+    low = registered(multiply(a[:LOW_BITS], b, f"{name}_low_multiplier"), f"{name}_low", LOW_BITS + len(b) + 1)
+    return [low, registered(high_product, f"{name}_high") << LOW_BITS]
 
 
 def split_product(m, a, b, enable, width, name):
@@ -116,7 +123,8 @@ def operand_product(m, platform, a, b, *, enable=1, name):
         m.d.comb += product.eq(registered_a * registered_b)
         return product
     # Both operands sign-extended (or zero-extended, if unsigned) to 18 bits, multiplied signed.
-    wide_a, wide_b = Signal(signed(MULTIPLIER_BITS), name=f"{name}_a"), Signal(signed(MULTIPLIER_BITS), name=f"{name}_b")
+    wide_a = Signal(signed(MULTIPLIER_BITS), name=f"{name}_a")
+    wide_b = Signal(signed(MULTIPLIER_BITS), name=f"{name}_b")
     wide_product = Signal(signed(2 * MULTIPLIER_BITS), name=f"{name}_p")
     m.d.comb += [wide_a.eq(a), wide_b.eq(b)]
     registers = {f"p_REG_INPUT{port}_{what}": value for port in "AB"
@@ -138,26 +146,12 @@ def operand_terms(m, platform, a, b, enable, width, name):
     """As :func:`product_terms`, but of operands not yet registered: ``a`` and ``b`` go into
     operand registers (a multiplier's own, see :func:`operand_product`), the terms of ``a · b``
     into registers a cycle later, all moving on ``enable``. ``b`` must fit a multiplier."""
-    def registered(value, term_name, term_width=width):
-        term = Signal(signed(term_width), name=term_name)
+    def hold(value, register_name):
+        register = Signal.like(value, name=register_name)
         with m.If(enable):
-            m.d.sync += term.eq(value)
-        return term
+            m.d.sync += register.eq(value)
+        return register
 
-    if product_stages(len(a), a.shape().signed) == 1:
-        return [registered(operand_product(m, platform, a, b, enable=enable, name=f"{name}_multiplier"), name)]
-    high_part = a[LOW_BITS:].as_signed() if a.shape().signed else a[LOW_BITS:]
-    low = registered(operand_product(m, platform, a[:LOW_BITS], b, enable=enable, name=f"{name}_low_multiplier"),
-                     f"{name}_low", LOW_BITS + len(b) + 1)
-    if len(high_part) <= SHIFT_ADD_BITS:
-        # A few high bits: a sum of shifted copies of `b` costs less than a multiplier.
-        high_bits, b_bits = Signal.like(high_part, name=f"{name}_high_bits"), Signal.like(b, name=f"{name}_b")
-        with m.If(enable):
-            m.d.sync += [high_bits.eq(high_part), b_bits.eq(b)]
-        terms = [Mux(high_bits[i], b_bits << i, 0) for i in range(len(high_bits))]
-        if a.shape().signed:
-            terms[-1] = -terms[-1]  # the sign bit weighs −2^i
-        high_product = sum(terms)
-    else:
-        high_product = operand_product(m, platform, high_part, b, enable=enable, name=f"{name}_high_multiplier")
-    return [low, registered(high_product, f"{name}_high") << LOW_BITS]
+    return _terms(m, a, b, enable, width, name, hold=hold,
+                  multiply=lambda x, y, multiplier_name: operand_product(m, platform, x, y, enable=enable,
+                                                                         name=multiplier_name))
