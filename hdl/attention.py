@@ -323,7 +323,6 @@ class Attention(wiring.Component):
         with m.If(idle):
             m.d.sync += q.eq(self.i.payload.q)
 
-        in_context = replicas(1, -(-d // self.SELECT_COLUMNS), "in_context")  # the state is CONTEXT
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.i.ready.eq(1)
@@ -360,24 +359,18 @@ class Attention(wiring.Component):
                 # last stage but one: the dividers take them from then.
                 with m.If(w_valid[:weight_latency - 1] == 0):
                     m.d.sync += column.eq(0)
-                    m.d.sync += [copy.eq(1) for copy in in_context]
                     m.d.sync += [head.eq(head_of[k]) for k, head in enumerate(heads_of_word)]
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
                 m.d.comb += [divider.i.valid.eq(1) for divider in dividers]
                 with m.If(dividers[0].i.ready):
+                    # Shift the numerators down so that the dividers always read num[0..ways).
+                    for e in range(d - ways):
+                        m.d.sync += num[e].eq(num[e + ways])
                     m.d.sync += column.eq(column + ways)
                     m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
                     with m.If(column + ways >= d):
                         m.d.sync += [idle.eq(1), group.eq(0)]
-                        m.d.sync += [copy.eq(0) for copy in in_context]
                         set_scoring(1)
                         m.next = "IDLE"
-        # Shift the numerators down as the dividers take a word, so that they always read
-        # num[0..ways). The state reaches every numerator as a copy per SELECT_COLUMNS columns
-        # (the state's decode, then the dividers' readiness, then every numerator had been
-        # the critical path).
-        for e in range(d - ways):
-            with m.If(in_context[e // self.SELECT_COLUMNS] & dividers[0].i.ready):
-                m.d.sync += num[e].eq(num[e + ways])
         return m
