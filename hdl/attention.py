@@ -6,7 +6,7 @@ from .argmax import first_maximum
 from .divider import FloorDivider
 from .fanout import replicas
 from .kv_cache import CacheRead
-from .product import operand_product, product_stages, registered_product, split_product, tree_sum
+from .product import lut_product, operand_product, product_stages, split_product, tree_sum
 from .requant import Requant, Rule
 
 __all__ = ["Attention"]
@@ -143,15 +143,14 @@ class Attention(wiring.Component):
                 if r == 0:
                     operand = operand_product(m, platform, operand_a[r][e], operand_b[r][e], name=f"multiplier{e}")
                     product = Signal.like(operand, name=f"p{r}_{e}")
-                    m.d.sync += product.eq(operand)
-                    products[r].append([product])
-                    continue
-                ra = Signal.like(operand_a[r][e], name=f"ra{r}_{e}")
-                rb = Signal.like(operand_b[r][e], name=f"rb{r}_{e}")
-                m.d.sync += [ra.eq(operand_a[r][e]), rb.eq(operand_b[r][e])]
-                registers, product = registered_product(ra, rb, in_luts=r > 0, name=f"p{r}_{e}")
+                    registers, terms = [product.eq(operand)], [product]
+                else:
+                    ra = Signal.like(operand_a[r][e], name=f"ra{r}_{e}")
+                    rb = Signal.like(operand_b[r][e], name=f"rb{r}_{e}")
+                    m.d.sync += [ra.eq(operand_a[r][e]), rb.eq(operand_b[r][e])]
+                    registers, terms = lut_product(ra, rb, name=f"p{r}_{e}")
                 m.d.sync += registers
-                products[r].append(product)
+                products[r].append(terms)
 
         # -- Phase 1: scores, a group of rows a cycle: each bank's in its own score memory.
         score_layout = data.ArrayLayout(signed(self.score_bits), heads)

@@ -7,7 +7,7 @@ from int8model.bounds import Bound, matvec_bound
 
 from .fifo import SkidBuffer
 from .fanout import global_net, replicas
-from .product import operand_product, registered_product, tree_sum
+from .product import lut_product, operand_product, tree_sum
 
 __all__ = ["MatVec"]
 
@@ -280,8 +280,7 @@ class MatVec(wiring.Component):
                     weight_in = Signal(signed(8), name=f"weight{k}_{lane}")
                     with m.If(moving):
                         m.d.sync += [element_in.eq(element), weight_in.eq(weight)]
-                    registers, product = registered_product(element_in, weight_in, in_luts=True,
-                                                            name=f"product{k}_{lane}")
+                    registers, product = lut_product(element_in, weight_in, name=f"product{k}_{lane}")
                 else:
                     operand = operand_product(m, platform, element, weight, enable=moving,
                                               name=f"multiplier{k}_{lane}")

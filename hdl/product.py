@@ -9,7 +9,7 @@ in the next cycle.
 from amaranth.hdl import ClockSignal, Instance, Mux, Signal, signed
 
 __all__ = ["MULTIPLIER_BITS", "product_stages", "product_terms", "split_product", "nibble_products",
-           "registered_product", "operand_product", "operand_terms", "tree_sum"]
+           "lut_product", "operand_product", "operand_terms", "tree_sum"]
 
 MULTIPLIER_BITS = 18
 LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
@@ -89,14 +89,11 @@ def tree_sum(terms):
     return terms[0]
 
 
-def registered_product(a, b, *, in_luts, name):
-    """``a · b`` for an 8-bit signed ``b``, registered: in a multiplier, or in LUT logic as the
-    two partial products of :func:`nibble_products`. Returns the register assignments (for the
-    caller's domain and enable) and the terms the product is the sum of, to be added where the
-    product is used."""
-    if not in_luts:
-        product = Signal(signed(len(a) + len(b)), name=name)
-        return [product.eq(a * b)], [product]
+def lut_product(a, b, *, name):
+    """``a · b`` for an 8-bit signed ``b``, made of LUT logic and registered, as the two partial
+    products of :func:`nibble_products`. Returns the register assignments (for the caller's
+    domain and enable) and the terms the product is the sum of, to be added where the product
+    is used. (A product in a DSP block: :func:`operand_product`.)"""
     low = Signal(signed(len(a) + 5), name=f"{name}_low")
     high = Signal(signed(len(a) + 4), name=f"{name}_high")
     low_part, high_part = nibble_products(a, b)
