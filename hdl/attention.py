@@ -6,7 +6,7 @@ from .argmax import first_maximum
 from .divider import FloorDivider
 from .fanout import replicas
 from .kv_cache import CacheRead
-from .product import lut_product, operand_product, product_stages, split_product, tree_sum
+from .product import dsp_product, lut_product, product_stages, split_product, tree_sum
 from .requant import Requant, Rule
 
 __all__ = ["Attention"]
@@ -141,9 +141,7 @@ class Attention(wiring.Component):
                 # Operands are registered (the phase select fans out to every multiplier): in a
                 # DSP block, its own input registers (see operand_product).
                 if r == 0:
-                    operand = operand_product(m, platform, operand_a[r][e], operand_b[r][e], name=f"multiplier{e}")
-                    product = Signal.like(operand, name=f"p{r}_{e}")
-                    registers, terms = [product.eq(operand)], [product]
+                    registers, terms = dsp_product(m, platform, operand_a[r][e], operand_b[r][e], name=f"p{r}_{e}")
                 else:
                     ra = Signal.like(operand_a[r][e], name=f"ra{r}_{e}")
                     rb = Signal.like(operand_b[r][e], name=f"rb{r}_{e}")

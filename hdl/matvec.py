@@ -7,7 +7,7 @@ from int8model.bounds import Bound, matvec_bound
 
 from .fifo import SkidBuffer
 from .fanout import global_net, replicas
-from .product import lut_product, operand_product, tree_sum
+from .product import dsp_product, lut_product, tree_sum
 
 __all__ = ["MatVec"]
 
@@ -258,11 +258,10 @@ class MatVec(wiring.Component):
             for k, copies in enumerate(staged_copies):
                 m.d.sync += [copy.eq(elements[k]) for copy in copies]
 
-        # -- Operands: each multiplier's own pair of registers, so that the long routes end in a
-        # register and the multiplier starts from one: a DSP block's own input registers (see
-        # operand_product), or registers placed beside a multiplier made of LUT logic.
-        # -- Multiply: one int8 × int8 product per lane and element; in the LUT ways as two
-        # partial products, added in the next stage with the others.
+        # -- Operands, then multiply: one int8 × int8 product per lane and element, from a pair of
+        # operand registers of its own, so that the long routes end in a register: a DSP block's
+        # own input registers (see operand_product), or registers beside a multiplier made of
+        # LUT logic, whose two partial products are added in the next stage with the others.
         operands = Signal(flags)
         multiplied = Signal(flags)
         with m.If(moving):
@@ -282,10 +281,8 @@ class MatVec(wiring.Component):
                         m.d.sync += [element_in.eq(element), weight_in.eq(weight)]
                     registers, product = lut_product(element_in, weight_in, name=f"product{k}_{lane}")
                 else:
-                    operand = operand_product(m, platform, element, weight, enable=moving,
-                                              name=f"multiplier{k}_{lane}")
-                    registered = Signal.like(operand, name=f"product{k}_{lane}")
-                    registers, product = [registered.eq(operand)], [registered]
+                    registers, product = dsp_product(m, platform, element, weight, enable=moving,
+                                                     name=f"product{k}_{lane}")
                 with m.If(moving):
                     m.d.sync += registers
                 terms[lane] += product

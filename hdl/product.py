@@ -9,7 +9,7 @@ in the next cycle.
 from amaranth.hdl import ClockSignal, Instance, Mux, Signal, signed
 
 __all__ = ["MULTIPLIER_BITS", "product_stages", "product_terms", "split_product", "nibble_products",
-           "lut_product", "operand_product", "operand_terms", "tree_sum"]
+           "lut_product", "operand_product", "dsp_product", "operand_terms", "tree_sum"]
 
 MULTIPLIER_BITS = 18
 LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
@@ -28,14 +28,19 @@ def product_terms(m, a, b, enable, width, name):
     return _terms(m, a, b, enable, width, name, multiply=lambda x, y, _: x * y, hold=lambda value, _: value)
 
 
+def _register(m, value, enable, shape, name):
+    """``value`` in a register of ``shape`` (moving on ``enable``)."""
+    register = Signal(shape, name=name)
+    with m.If(enable):
+        m.d.sync += register.eq(value)
+    return register
+
+
 def _terms(m, a, b, enable, width, name, *, multiply, hold):
     """The terms of :func:`product_terms`, with ``multiply(x, y, name)`` the product of two
     operands and ``hold(value, name)`` an operand as the multipliers see it."""
     def registered(value, term_name, term_width=width):
-        term = Signal(signed(term_width), name=term_name)
-        with m.If(enable):
-            m.d.sync += term.eq(value)
-        return term
+        return _register(m, value, enable, signed(term_width), term_name)
 
     if product_stages(len(a), a.shape().signed) == 1:
         return [registered(multiply(a, b, f"{name}_multiplier"), name)]
@@ -110,12 +115,10 @@ def operand_product(m, platform, a, b, *, enable=1, name):
     the next. Elsewhere (simulation), and for wider operands, two registers do the same.
     """
     width = len(a) + len(b) + (0 if a.shape().signed or b.shape().signed else 1)
-    fits = all(len(operand) + (0 if operand.shape().signed else 1) <= MULTIPLIER_BITS for operand in (a, b))
+    fits = all(product_stages(len(operand), operand.shape().signed) == 1 for operand in (a, b))
     if getattr(platform, "family", None) != "ecp5" or not fits:
-        registered_a = Signal.like(a, name=f"{name}_a")
-        registered_b = Signal.like(b, name=f"{name}_b")
-        with m.If(enable):
-            m.d.sync += [registered_a.eq(a), registered_b.eq(b)]
+        registered_a = _register(m, a, enable, a.shape(), f"{name}_a")
+        registered_b = _register(m, b, enable, b.shape(), f"{name}_b")
         product = Signal(signed(width), name=name)
         m.d.comb += product.eq(registered_a * registered_b)
         return product
@@ -139,16 +142,19 @@ def operand_product(m, platform, a, b, *, enable=1, name):
     return product
 
 
+def dsp_product(m, platform, a, b, *, enable=1, name):
+    """``a · b`` from operand registers of its own (:func:`operand_product`, moving on
+    ``enable``), registered: as :func:`lut_product` gives it, the register assignments (for the
+    caller's domain and enable) and the product's one term."""
+    product = Signal(signed(len(a) + len(b)), name=name)
+    return [product.eq(operand_product(m, platform, a, b, enable=enable, name=f"{name}_multiplier"))], [product]
+
+
 def operand_terms(m, platform, a, b, enable, width, name):
     """As :func:`product_terms`, but of operands not yet registered: ``a`` and ``b`` go into
     operand registers (a multiplier's own, see :func:`operand_product`), the terms of ``a · b``
     into registers a cycle later, all moving on ``enable``. ``b`` must fit a multiplier."""
-    def hold(value, register_name):
-        register = Signal.like(value, name=register_name)
-        with m.If(enable):
-            m.d.sync += register.eq(value)
-        return register
-
-    return _terms(m, a, b, enable, width, name, hold=hold,
+    return _terms(m, a, b, enable, width, name,
+                  hold=lambda value, register_name: _register(m, value, enable, value.shape(), register_name),
                   multiply=lambda x, y, multiplier_name: operand_product(m, platform, x, y, enable=enable,
                                                                          name=multiplier_name))

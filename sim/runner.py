@@ -13,7 +13,7 @@ from amaranth.back import verilog
 from cocotb_tools.check_results import get_results
 from cocotb_tools.runner import get_runner
 
-__all__ = ["BUILD_ROOT", "ECP5Cells", "run_bench", "bench_params"]
+__all__ = ["BUILD_ROOT", "ECP5Cells", "run_bench", "generated_verilog", "bench_params"]
 
 BUILD_ROOT = Path(__file__).resolve().parent.parent / "build" / "cocotb"
 
@@ -58,6 +58,11 @@ def run_bench(component, *, name, test_module, params, testcase=None, build_dir=
     tests, failed = get_results(Path(results))
     if failed or not tests:
         raise RuntimeError(f"{failed} of {tests} cocotb tests failed in {build_dir}")
+
+
+def generated_verilog(name):
+    """The Verilog that ``run_bench`` generated for the bench ``name``."""
+    return (BUILD_ROOT / name / f"{name}.v").read_text()
 
 
 def bench_params():

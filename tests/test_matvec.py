@@ -3,7 +3,7 @@ import pytest
 
 from hdl.matvec import MatVec
 from int8model.synthetic import random_model
-from sim.runner import BUILD_ROOT, ECP5Cells, run_bench
+from sim.runner import ECP5Cells, generated_verilog, run_bench
 
 
 def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_ways=0, platform=None):
@@ -78,7 +78,7 @@ def test_ecp5_multipliers_in_their_own_registers():
     matrices = [np.full((5, 7), -128), np.full((7, 3), 127), rng.choice([-128, -1, 0, 127], (9, 10)),
                 rng.integers(-128, 128, (13, 9))]
     run("matvec_ecp5", matrices, lanes=8, ways=4, lut_ways=1, seed=7, count=30, platform=ECP5Cells())
-    verilog = (BUILD_ROOT / "matvec_ecp5" / "matvec_ecp5.v").read_text()
+    verilog = generated_verilog("matvec_ecp5")
     assert verilog.count("MULT18X18D #(") == 8 * 3
 
 

@@ -7,7 +7,7 @@ from int8model.bounds import Bound
 from int8model.format import REQUANTS
 from int8model.synthetic import random_model
 from sim.latency import one_item
-from sim.runner import BUILD_ROOT, ECP5Cells, run_bench
+from sim.runner import ECP5Cells, generated_verilog, run_bench
 
 EDGE_RULES = [
     Rule(1, 0), Rule(-1, 0), Rule(1, 63), Rule(-1, 63), Rule(2**40 - 1, 63), Rule(-(2**40), 63),
@@ -122,7 +122,7 @@ def test_ecp5_multipliers_in_their_own_registers(source):
     rules = [Rule.to8(model.requant[k]) for k in REQUANTS] + [Rule.rq(model.requant["M_h"], relu=True)]
     name = f"requant_ecp5_{model.sha256[:8]}"
     run(name, Bound(-2**21, 2**21 - 1), rules, seed=11, count=1500, multiplier_input=True, platform=ECP5Cells())
-    assert (BUILD_ROOT / name / f"{name}.v").read_text().count("MULT18X18D #(") == 2
+    assert generated_verilog(name).count("MULT18X18D #(") == 2
 
 
 SHIFT_ONLY = [Rule(1, 0), Rule(4, 3, saturate=False), Rule(0, 2), Rule(2**20, 25, relu=True), Rule(1, 63)]

@@ -8,9 +8,9 @@ module DCCA (input CLKI, input CE, output CLKO);
 endmodule
 
 // An 18 x 18 multiplier. A and B (with SIGNEDA and SIGNEDB) pass through the input registers
-// when REG_INPUTx_CLK names a clock, and the 36-bit product through the output register when
-// REG_OUTPUT_CLK does: each moves on a rising edge of CLK0 while CE0 is high and clears on one
-// with RST0 high (RESETMODE "SYNC"). Only CLK0, CE0 and RST0 are modelled.
+// when REG_INPUTx_CLK names a clock: they move on a rising edge of CLK0 while CE0 is high and
+// clear on one with RST0 high (RESETMODE "SYNC"). The 36-bit product leaves unregistered. Only
+// CLK0, CE0 and RST0 are modelled.
 module MULT18X18D (
     input A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15, A16, A17,
     input B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15, B16, B17,
@@ -29,8 +29,6 @@ module MULT18X18D (
     parameter REG_INPUTC_CLK = "NONE";
     parameter REG_PIPELINE_CLK = "NONE";
     parameter REG_OUTPUT_CLK = "NONE";
-    parameter REG_OUTPUT_CE = "CE0";
-    parameter REG_OUTPUT_RST = "RST0";
     parameter RESETMODE = "SYNC";
     parameter SOURCEB_MODE = "B_SHIFT";
     parameter MULT_BYPASS = "DISABLED";
@@ -39,8 +37,7 @@ module MULT18X18D (
     initial begin
         if ((REG_INPUTA_CLK != "NONE" && (REG_INPUTA_CLK != "CLK0" || REG_INPUTA_CE != "CE0" || REG_INPUTA_RST != "RST0")) ||
             (REG_INPUTB_CLK != "NONE" && (REG_INPUTB_CLK != "CLK0" || REG_INPUTB_CE != "CE0" || REG_INPUTB_RST != "RST0")) ||
-            (REG_OUTPUT_CLK != "NONE" && (REG_OUTPUT_CLK != "CLK0" || REG_OUTPUT_CE != "CE0" || REG_OUTPUT_RST != "RST0")) ||
-            REG_INPUTC_CLK != "NONE" || REG_PIPELINE_CLK != "NONE" || RESETMODE != "SYNC" || MULT_BYPASS != "DISABLED")
+            REG_OUTPUT_CLK != "NONE" || REG_INPUTC_CLK != "NONE" || REG_PIPELINE_CLK != "NONE" || RESETMODE != "SYNC" || MULT_BYPASS != "DISABLED")
             $fatal(1, "MULT18X18D %m: a configuration this model does not cover");
     end
 
@@ -62,13 +59,7 @@ module MULT18X18D (
     // Each operand extended to 36 bits by its own signedness, the product's low 36 bits.
     wire [35:0] wide_a = {{18{signed_a & a[17]}}, a};
     wire [35:0] wide_b = {{18{signed_b & b[17]}}, b};
-    wire [35:0] product = wide_a * wide_b;
-    reg [35:0] p_reg = 0;
-    always @(posedge CLK0) begin
-        if (RST0) p_reg <= 0;
-        else if (CE0) p_reg <= product;
-    end
-    wire [35:0] p = REG_OUTPUT_CLK == "NONE" ? product : p_reg;
+    wire [35:0] p = wide_a * wide_b;
     assign {P35, P34, P33, P32, P31, P30, P29, P28, P27, P26, P25, P24, P23, P22, P21, P20, P19, P18,
             P17, P16, P15, P14, P13, P12, P11, P10, P9, P8, P7, P6, P5, P4, P3, P2, P1, P0} = p;
 endmodule
