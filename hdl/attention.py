@@ -5,6 +5,7 @@ from amaranth.lib.wiring import In, Out
 from .argmax import first_maximum
 from .divider import FloorDivider
 from .fanout import replicas
+from .fifo import StreamFIFO
 from .kv_cache import CacheRead
 from .product import dsp_product, lut_product, product_stages, split_product, tree_sum
 from .requant import Requant, Rule
@@ -283,37 +284,51 @@ class Attention(wiring.Component):
                 m.d.sync += num[e].eq(tree_sum([Mux(num_first, 0, num[e])]
                                                + [t for r in range(rows) for t in products[r][e]]))
 
-        # -- Phase 3: the context, through `ways` dividers and r_ctx requants side by side;
-        # they move in step, the first carrying the word's count and end.
+        # -- Phase 3: the context, through `ways` dividers and r_ctx requants side by side, the
+        # first carrying the word's count and end. They never stall: a context starts only
+        # when the queue behind them has room for all of it. So the numerators shift down
+        # ``ways`` columns every cycle for d/ways cycles, on copies of one register (one per
+        # SELECT_COLUMNS columns, as the phase select), rather than on the dividers' readiness
+        # (spread over the part with attention's multipliers, they took a 7 ns route from it).
         ways = self.ways
+        words = -(-d // ways)
+        shifting = replicas(1, -(-d // self.SELECT_COLUMNS), "context_shift")
+        for e in range(d - ways):
+            with m.If(shifting[e // self.SELECT_COLUMNS]):
+                m.d.sync += num[e].eq(num[e + ways])
         column = Signal(range(d + ways))
         head_of = Array(Const(min(c, d - 1) // hd, range(heads)) for c in range(d + 2 * ways))
         # The head of each column of the word, kept in registers a word ahead of its use.
         heads_of_word = [Signal(range(heads), name=f"head{k}") for k in range(ways)]
         word = data.StructLayout({"count": range(ways + 1), "last": 1})
-        dividers, requants = [], []
+        m.submodules.context = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
+        dividing = Signal()
         for k in range(ways):
-            tag = word if k == 0 else unsigned(0)
-            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=tag)
-            requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=tag, registered_input=True)
+            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=word if k == 0 else unsigned(0))
+            requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=divider.tag_shape, registered_input=True)
             m.submodules[f"divider{k}"], m.submodules[f"requant{k}"] = divider, requant
             wiring.connect(m, divider.o, requant.i)
             m.d.comb += [
+                divider.i.valid.eq(dividing),
                 divider.i.payload.num.eq(num[k] if k < d else 0),
                 divider.i.payload.den.eq(den[heads_of_word[k]]),
-                self.o.payload.values[k].eq(requant.o.payload.value),
-                requant.o.ready.eq(self.o.ready),
+                queue.i.payload.values[k].eq(requant.o.payload.value),
+                requant.o.ready.eq(1),
             ]
-            dividers.append(divider)
-            requants.append(requant)
-        remaining = d - column
-        m.d.comb += [
-            dividers[0].i.payload.tag.count.eq(Mux(remaining < ways, remaining, ways)),
-            dividers[0].i.payload.tag.last.eq(remaining <= ways),
-            self.o.valid.eq(requants[0].o.valid),
-            self.o.payload.count.eq(requants[0].o.payload.tag.count),
-            self.o.payload.last.eq(requants[0].o.payload.tag.last),
-        ]
+            if k == 0:
+                remaining = d - column
+                m.d.comb += [
+                    divider.i.payload.tag.count.eq(Mux(remaining < ways, remaining, ways)),
+                    divider.i.payload.tag.last.eq(remaining <= ways),
+                    queue.i.valid.eq(requant.o.valid),
+                    queue.i.payload.count.eq(requant.o.payload.tag.count),
+                    queue.i.payload.last.eq(requant.o.payload.tag.last),
+                ]
+        # The words of a context still in the dividers, the requants or the queue.
+        pending = Signal(range(words + 1))
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += pending.eq(pending - 1)
 
         # The query is copied on every idle cycle (so also on the one that takes it): its
         # enable is then one register, not the state decode and the input's valid.
@@ -354,20 +369,17 @@ class Attention(wiring.Component):
             with m.State("WEIGHT_DRAIN"):
                 # The numerators are complete a cycle after the last row leaves the pipeline's
                 # last stage but one: the dividers take them from then.
-                with m.If(w_valid[:weight_latency - 1] == 0):
-                    m.d.sync += column.eq(0)
+                with m.If((w_valid[:weight_latency - 1] == 0) & (pending == 0)):
+                    m.d.sync += [column.eq(0), dividing.eq(1), *(copy.eq(1) for copy in shifting),
+                                 pending.eq(words)]
                     m.d.sync += [head.eq(head_of[k]) for k, head in enumerate(heads_of_word)]
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
-                m.d.comb += [divider.i.valid.eq(1) for divider in dividers]
-                with m.If(dividers[0].i.ready):
-                    # Shift the numerators down so that the dividers always read num[0..ways).
-                    for e in range(d - ways):
-                        m.d.sync += num[e].eq(num[e + ways])
-                    m.d.sync += column.eq(column + ways)
-                    m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
-                    with m.If(column + ways >= d):
-                        m.d.sync += [idle.eq(1), group.eq(0)]
-                        set_scoring(1)
-                        m.next = "IDLE"
+                m.d.sync += column.eq(column + ways)
+                m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
+                with m.If(column + ways >= d):
+                    m.d.sync += [dividing.eq(0), *(copy.eq(0) for copy in shifting)]
+                    m.d.sync += [idle.eq(1), group.eq(0)]
+                    set_scoring(1)
+                    m.next = "IDLE"
         return m

@@ -3,7 +3,7 @@
 import random
 
 import cocotb
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 import numpy as np
 
 from int8model.bounds import analyse
@@ -76,3 +76,41 @@ async def attention_matches_golden(dut):
         assert [v for o in got for v in o["values"][:o["count"]]] == want, f"case {n} (pos {pos}) differs"
         assert [o["count"] for o in got] == [min(ways, model.d_model - c) for c in range(0, model.d_model, ways)]
         assert [o["last"] for o in got] == [0] * (len(got) - 1) + [1]
+
+
+@cocotb.test()
+async def queries_while_context_waits(dut):
+    """Each query follows as soon as the unit takes one again (``i.ready``), while the
+    context of the one before still waits for a slow consumer: no word of a context may be
+    lost or overwritten by the next."""
+    params = bench_params()
+    model, unit = build(params)
+    rng = random.Random(params["seed"])
+    await start(dut)
+    writer = StreamSource(dut, "write", unit.write.payload.shape(), dut.clk)
+    query = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk)
+    sink = StreamSink(dut, "o", unit.o.payload.shape(), dut.clk, stall=params["stall"], rng=random.Random(1))
+    ways = unit.attention.ways
+    words = -(-model.d_model // ways)
+    queries = cases(model, analyse(model), rng, params["count"])
+    received = cocotb.start_soon(sink.receive(words * len(queries)))
+    for pos, q, keys, values in queries:
+        while True:
+            await ReadOnly()
+            if int(dut.i__ready.value):
+                break
+            await RisingEdge(dut.clk)
+        await RisingEdge(dut.clk)
+        dut.keys_ready.value = 0
+        dut.values_ready.value = 0
+        await writer.send([{"pos": j, "k": keys[j], "v": values[j]} for j in range(pos + 1)])
+        dut.keys_ready.value = 1
+        dut.values_ready.value = 1
+        await query.send([{"q": q, "pos": pos}])
+    got = await received
+    for n, (pos, q, keys, values) in enumerate(queries):
+        *_, ctx = attention(np.array(q), np.array(keys), np.array(values), model.n_heads,
+                            model.requant["M_score"], model.exp_lut)
+        want = to8(ctx.reshape(-1), model.requant["r_ctx"]).tolist()
+        mine = got[n * words:(n + 1) * words]
+        assert [v for o in mine for v in o["values"][:o["count"]]] == want, f"query {n} (pos {pos}) differs"

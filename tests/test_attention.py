@@ -8,10 +8,10 @@ from sim.harness import AttentionWithCache
 from sim.runner import ECP5Cells, generated_verilog, run_bench
 
 
-def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1, platform=None):
+def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1, platform=None, testcase="attention_matches_golden"):
     params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall, "ways": ways, "rows": rows}
     run_bench(AttentionWithCache(model, analyse(model), ways=ways, rows=rows), name=name,
-              test_module="sim.bench_attention", params=params, platform=platform)
+              test_module="sim.bench_attention", params=params, platform=platform, testcase=testcase)
 
 
 @pytest.mark.parametrize("shape", [(8, 1, 8, 8, 8), (16, 4, 16, 16, 12), (32, 4, 32, 32, 32), (24, 3, 8, 8, 5)])
@@ -43,6 +43,15 @@ def test_ecp5_multipliers_in_their_own_registers():
     rng = np.random.default_rng(41)
     run("attention_ecp5", random_model(rng, 16, 2, 16, 16, 12), seed=41, rows=2, ways=2, platform=ECP5Cells())
     assert generated_verilog("attention_ecp5").count("MULT18X18D #(") == 16
+
+
+@pytest.mark.parametrize("ways", [1, 4])
+def test_queries_while_context_waits(ways):
+    """A query as soon as the unit takes one, while a slow consumer holds the context before:
+    the dividers never stall, so the next context must wait for room behind them."""
+    rng = np.random.default_rng(50 + ways)
+    run(f"attention_back_to_back{ways}", random_model(rng, 16, 4, 16, 16, 12), seed=ways, count=12, stall=0.9,
+        ways=ways, rows=2, testcase="queries_while_context_waits")
 
 
 def test_extreme_models():
