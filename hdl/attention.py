@@ -54,16 +54,16 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 17`` cycles (one more for pos < rows) from taking the
+    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles (one more for pos < rows) from taking the
     query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
 
     SCORE_LATENCY = 6   # issue → row address → K row → its register → operands → products → head sums, written
-    # issue → gap operand → × M_score (two cycles when cut) → index into the LUT's read, V read
-    # (a cycle earlier, through its register) → operands → products → num
-    WEIGHT_LATENCY = 5
+    # issue → score read → gap → gap operand → × M_score (two cycles when cut) → index into the
+    # LUT's read, V read (a cycle earlier, through its register) → operands → products → num
+    WEIGHT_LATENCY = 6
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
     SELECT_COLUMNS = 4   # columns of multipliers per copy of the phase register
 
@@ -232,18 +232,20 @@ class Attention(wiring.Component):
             if later is not None:
                 m.d.sync += later.eq(early)
         # The stage in which the exp table's entries (and the V rows) arrive: after the score
-        # read, the gap operand, and the product (two cycles when cut), whose index the LUT's
-        # read port registers.
-        lut_stage = 2 + self.gap_stages
+        # read, the gap, the gap operand, and the product (two cycles when cut), whose index the
+        # LUT's read port registers.
+        lut_stage = 3 + self.gap_stages
 
         m.submodules.exp_lut = lut = memory.Memory(
             shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
         weights = [[] for _ in range(rows)]
         for r in range(rows):
             for g in range(heads):
-                # The gap from the maximum, clamped, into the multiplier's operand register.
+                # The gap from the maximum, into a register beside the score memory (its read
+                # and the subtraction, then the clamp and the far operand register, were one
+                # path), then clamped into the multiplier's operand register.
                 gap = Signal(unsigned(max(1, self.gap_bits)), name=f"gap{r}_{g}")
-                m.d.comb += gap.eq(peak[g] - score_data[r][g])
+                m.d.sync += gap.eq(peak[g] - score_data[r][g])
                 k = self.gap_operand_bits
                 operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
                 m.d.sync += operand.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
