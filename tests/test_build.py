@@ -83,3 +83,16 @@ def test_bitstream_for_the_shipped_model(tmp_path):
     assert len(report["cycles_per_token"]["per_position"]) == model.seq_len
     assert (tmp_path / "top.bit").stat().st_size > 100_000
     assert model.identity_line in (tmp_path / "report.txt").read_text()
+
+
+def test_units_are_costed_as_elaborated_for_the_ecp5(tmp_path):
+    """``hdl.cost`` synthesises a unit as the board build elaborates it: the MAC lanes'
+    multipliers take their operands in their own input registers, not in fabric registers."""
+    from hdl.cost import synthesise
+    from hdl.matvec import MatVec
+    matrices = [np.random.default_rng(3).integers(-128, 128, size=(8, 4))]
+    resources = synthesise(MatVec(matrices, 4, ways=2), "lanes", tmp_path, place=False)
+    cells = json.loads((tmp_path / "lanes.json").read_text())["modules"]["lanes"]["cells"].values()
+    multipliers = [cell["parameters"] for cell in cells if cell["type"] == "MULT18X18D"]
+    assert resources["MULT18X18D"] == len(multipliers) == 8
+    assert all(p["REG_INPUTA_CLK"] == p["REG_INPUTB_CLK"] == "CLK0" for p in multipliers)
