@@ -27,8 +27,10 @@ __all__ = ["ECP5", "synthesise", "units"]
 
 
 class ECP5:
-    """The platform a unit is elaborated for here: what the units ask of one is its family."""
+    """The platform a unit is elaborated for here: what the units ask of one is its family.
+    Placed out of context, a unit cannot reach the global networks: no global buffers."""
     family = "ecp5"
+    global_buffers = False
 
 
 def tool(name):

@@ -24,8 +24,10 @@ def replicas(shape, count, name, *, init=None):
 
 
 def global_net(m, platform, signal, name):
-    """``signal`` through a global buffer on an ECP5, for its many loads; ``signal`` elsewhere."""
-    if getattr(platform, "family", None) != "ecp5":
+    """``signal`` through a global buffer on an ECP5, for its many loads; ``signal`` elsewhere,
+    and where the platform has no global networks to give (``global_buffers`` false: a unit
+    placed out of context)."""
+    if getattr(platform, "family", None) != "ecp5" or not getattr(platform, "global_buffers", True):
         return signal
     buffered = Signal(name=f"{name}_global")
     m.submodules[f"{name}_buffer"] = Instance("DCCA", i_CLKI=signal, i_CE=1, o_CLKO=buffered)
