@@ -134,6 +134,9 @@ class Attention(wiring.Component):
 
         def set_scoring(value):
             m.d.sync += [copy.eq(value) for copy in [scoring, *operand_scoring]]
+
+        def set_context(value):  # the context phase's registers: the dividers' valid, the shift's copies
+            m.d.sync += [copy.eq(value) for copy in [dividing, *shifting]]
         operand_a = [[Signal(signed(self.operand_bits), name=f"a{r}_{e}") for e in range(d)] for r in range(rows)]
         operand_b = [[Signal(signed(8), name=f"b{r}_{e}") for e in range(d)] for r in range(rows)]
         products = [[] for _ in range(rows)]  # per bank and column: the product's terms
@@ -372,16 +375,16 @@ class Attention(wiring.Component):
                 # The numerators are complete a cycle after the last row leaves the pipeline's
                 # last stage but one: the dividers take them from then.
                 with m.If((w_valid[:weight_latency - 1] == 0) & (pending == 0)):
-                    m.d.sync += [column.eq(0), dividing.eq(1), *(copy.eq(1) for copy in shifting),
-                                 pending.eq(words)]
+                    m.d.sync += [column.eq(0), pending.eq(words)]
+                    set_context(1)
                     m.d.sync += [head.eq(head_of[k]) for k, head in enumerate(heads_of_word)]
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
                 m.d.sync += column.eq(column + ways)
                 m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
                 with m.If(column + ways >= d):
-                    m.d.sync += [dividing.eq(0), *(copy.eq(0) for copy in shifting)]
                     m.d.sync += [idle.eq(1), group.eq(0)]
+                    set_context(0)
                     set_scoring(1)
                     m.next = "IDLE"
         return m

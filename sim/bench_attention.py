@@ -46,6 +46,13 @@ def cases(model, bounds, rng, count):
     return out
 
 
+def golden_context(model, q, keys, values):
+    """The golden model's ``ci`` for the query ``q`` over the cache rows ``keys``, ``values``."""
+    *_, ctx = attention(np.array(q), np.array(keys), np.array(values), model.n_heads,
+                        model.requant["M_score"], model.exp_lut)
+    return to8(ctx.reshape(-1), model.requant["r_ctx"]).tolist()
+
+
 @cocotb.test()
 async def attention_matches_golden(dut):
     params = bench_params()
@@ -70,9 +77,7 @@ async def attention_matches_golden(dut):
         dut.values_ready.value = 1
         ways = unit.attention.ways
         got = await sink.receive(-(-model.d_model // ways))
-        *_, ctx = attention(np.array(q), np.array(keys), np.array(values), model.n_heads,
-                            model.requant["M_score"], model.exp_lut)
-        want = to8(ctx.reshape(-1), model.requant["r_ctx"]).tolist()
+        want = golden_context(model, q, keys, values)
         assert [v for o in got for v in o["values"][:o["count"]]] == want, f"case {n} (pos {pos}) differs"
         assert [o["count"] for o in got] == [min(ways, model.d_model - c) for c in range(0, model.d_model, ways)]
         assert [o["last"] for o in got] == [0] * (len(got) - 1) + [1]
@@ -109,8 +114,6 @@ async def queries_while_context_waits(dut):
         await query.send([{"q": q, "pos": pos}])
     got = await received
     for n, (pos, q, keys, values) in enumerate(queries):
-        *_, ctx = attention(np.array(q), np.array(keys), np.array(values), model.n_heads,
-                            model.requant["M_score"], model.exp_lut)
-        want = to8(ctx.reshape(-1), model.requant["r_ctx"]).tolist()
+        want = golden_context(model, q, keys, values)
         mine = got[n * words:(n + 1) * words]
         assert [v for o in mine for v in o["values"][:o["count"]]] == want, f"query {n} (pos {pos}) differs"
