@@ -471,13 +471,22 @@ class Engine(wiring.Component):
                 steps.eq(steps + 1),
             ]
 
+        # The command's checks, judged as it is registered: what decides the next state (and
+        # the enables of every register a step starts) is then a register, not a comparison.
+        at_end = Signal()       # pos >= seq_len
+        token_outside = Signal()  # arg >= vocab
+        count_zero = Signal()   # arg == 0
+        count_past = Signal()   # pos + arg − 1 > seq_len
         with m.FSM():
             with m.State("IDLE"):
-                # The command is registered before it is checked: its checks then start from
-                # registers, not from the far end of the command's producer.
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.sync += [op.eq(self.cmd.payload.op), arg.eq(self.cmd.payload.arg), busy.eq(1)]
+                    count = self.cmd.payload.arg
+                    m.d.sync += [
+                        op.eq(self.cmd.payload.op), arg.eq(count), busy.eq(1),
+                        at_end.eq(pos >= seq_len), token_outside.eq(count >= vocab),
+                        count_zero.eq(count == 0), count_past.eq(pos + count > seq_len + 1),
+                    ]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 # Busy from the command's acceptance; idle again here unless a step starts.
@@ -487,9 +496,9 @@ class Engine(wiring.Component):
                     with m.Case(Op.NEW):
                         m.d.sync += [pos.eq(0), position_base.eq(0), have_next.eq(0), steps.eq(0)]
                     with m.Case(Op.FEED, Op.PREFILL):
-                        with m.If(pos >= seq_len):
+                        with m.If(at_end):
                             m.d.sync += error.eq(Error.POSITION)
-                        with m.Elif(arg >= vocab):
+                        with m.Elif(token_outside):
                             m.d.sync += error.eq(Error.TOKEN)
                         with m.Else():
                             start_step(arg, op == Op.PREFILL)
@@ -498,9 +507,9 @@ class Engine(wiring.Component):
                     with m.Case(Op.GENERATE):
                         with m.If(~have_next):
                             m.d.sync += error.eq(Error.NO_PROMPT)
-                        with m.Elif(arg == 0):
+                        with m.Elif(count_zero):
                             m.d.sync += error.eq(Error.COUNT)
-                        with m.Elif(pos + arg - 1 > seq_len):
+                        with m.Elif(count_past):
                             m.d.sync += error.eq(Error.POSITION)
                         with m.Else():
                             m.d.sync += [remaining.eq(arg - 1), busy.eq(1), generating.eq(1)]
