@@ -239,10 +239,13 @@ class Attention(wiring.Component):
         # LUT's read port registers.
         lut_stage = 3 + self.gap_stages
 
-        m.submodules.exp_lut = lut = memory.Memory(
-            shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
         weights = [[] for _ in range(rows)]
         for r in range(rows):
+            # A copy of the exp table per bank, read by its heads: Yosys maps a memory's read
+            # ports together, and for sixteen of them (four banks of four heads) it runs out of
+            # memory.
+            m.submodules[f"exp_lut{r}"] = lut = memory.Memory(
+                shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
             for g in range(heads):
                 # The gap from the maximum, into a register beside the score memory (its read
                 # and the subtraction, then the clamp and the far operand register, were one
