@@ -7,7 +7,7 @@ from .divider import FloorDivider
 from .fanout import replicas
 from .fifo import StreamFIFO
 from .kv_cache import CacheRead
-from .product import dsp_product, lut_product, product_stages, split_product, tree_sum
+from .product import dsp_product, lut_product, operand_product, product_stages, split_product, tree_sum
 from .requant import Requant, Rule
 
 __all__ = ["Attention"]
@@ -253,10 +253,21 @@ class Attention(wiring.Component):
                 gap = Signal(unsigned(max(1, self.gap_bits)), name=f"gap{r}_{g}")
                 m.d.sync += gap.eq(peak[g] - score_data[r][g])
                 k = self.gap_operand_bits
-                operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
-                m.d.sync += operand.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
-                scaled = split_product(m, operand, Const(self.score_rule.multiplier), 1,
-                                       b["score_gap*M_score"].bits, f"scaled{r}_{g}")
+                clamped_gap = Signal(unsigned(k), name=f"clamped_gap{r}_{g}")
+                m.d.comb += clamped_gap.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
+                multiplier = Const(self.score_rule.multiplier)
+                if self.gap_stages == 1:
+                    # The clamped gap goes into the multiplier's own operand register: the
+                    # route from the score memory then ends in the DSP block, and only the
+                    # product's route follows it (a fabric operand register, then the product
+                    # routed back across the part, was the 85F's critical path).
+                    scaled = Signal(signed(b["score_gap*M_score"].bits), name=f"scaled{r}_{g}")
+                    m.d.sync += scaled.eq(operand_product(m, platform, clamped_gap, multiplier,
+                                                          name=f"scaled{r}_{g}_multiplier"))
+                else:
+                    operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
+                    m.d.sync += operand.eq(clamped_gap)
+                    scaled = split_product(m, operand, multiplier, 1, b["score_gap*M_score"].bits, f"scaled{r}_{g}")
                 index = scaled >> self.score_rule.shift
                 clamped = Signal(range(nlut), name=f"lut_index{r}_{g}")
                 m.d.comb += clamped.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))

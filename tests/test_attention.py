@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from hdl.attention import Attention
 from int8model import analyse
 from int8model.format import from_json
 from int8model.synthetic import random_model
@@ -38,11 +39,14 @@ def test_several_columns_a_cycle(shape, ways):
 
 def test_ecp5_multipliers_in_their_own_registers():
     """Elaborated as for an ECP5: the first bank's multipliers (q·K, then weight·V) hold their
-    operands in the MULT18X18Ds' own input registers; simulated with the primitives' models,
-    against the golden model."""
+    operands in the MULT18X18Ds' own input registers, and so do the M_score products (the
+    clamped gap) of every head and bank; simulated with the primitives' models, against the
+    golden model."""
     rng = np.random.default_rng(41)
-    run("attention_ecp5", random_model(rng, 16, 2, 16, 16, 12), seed=41, rows=2, ways=2, platform=ECP5Cells())
-    assert generated_verilog("attention_ecp5").count("MULT18X18D #(") == 16
+    model = random_model(rng, 16, 2, 16, 16, 12)
+    assert Attention(model, analyse(model), ways=2, rows=2).gap_stages == 1
+    run("attention_ecp5", model, seed=41, rows=2, ways=2, platform=ECP5Cells())
+    assert generated_verilog("attention_ecp5").count("MULT18X18D #(") == 16 + 2 * 2  # d_model, heads × banks
 
 
 @pytest.mark.parametrize("ways", [1, 4])
