@@ -107,9 +107,9 @@ class Engine(wiring.Component):
     :class:`~.epilogue.Epilogue`, whose int8 outputs stream into the :class:`~.matvec.MatVec`
     lanes, whose sums stream back through the epilogue into the next product; q, k and v are
     collected for the :class:`~.kv_cache.KVCache` and the :class:`~.attention.Attention` unit,
-    whose context feeds the output projection; the head's logits stream into the
-    :class:`~.argmax.ArgMax`. Products overlap: each vector streams into the next matrix while
-    it is still leaving the previous one. Vectors move ``ways`` elements a cycle, as words:
+    whose context feeds the output projection; the head's logits go into the
+    :class:`~.argmax.ArgMax` a whole group of lanes at once. Products overlap: each vector
+    streams into the next matrix while it is still leaving the previous one. Vectors move ``ways`` elements a cycle, as words:
     ``ways`` epilogues work side by side, element k of every word on epilogue k. Of each MAC
     lane's ``ways`` multipliers, the last ``lut_ways`` are built from LUTs (for a part with too
     few DSP blocks); the results and the timing are the same. Attention reads
@@ -153,10 +153,12 @@ class Engine(wiring.Component):
         self.matvec = MatVec(
             [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T],
             self.lanes, ways=ways, lut_ways=lut_ways, input_bounds=[b["xi"], b["ci"], b["hi"], b["fi"], b["oi"]],
-            order=[Matrix.WO, Matrix.W1, Matrix.W2, Matrix.HEAD] if self.qkv_table else list(Matrix))
+            order=[Matrix.WO, Matrix.W1, Matrix.W2, Matrix.HEAD] if self.qkv_table else list(Matrix),
+            whole=Matrix.HEAD)
         self.attention = Attention(model, b, ways=ways, rows=attention_rows)
         self.cache = KVCache(d, model.seq_len, banks=attention_rows)
-        self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=ways)
+        # The head's logits go to the arg-max a whole group of lanes at once, not a word at a time.
+        self.argmax = ArgMax(self.matvec.acc_bits, model.vocab, ways=self.lanes)
         # A whole vector fits in the lanes' input queue: while the lanes still replay one
         # matrix's groups, the first results already flow into the next matrix's input.
         # A word that finds the queue empty and the lanes ready goes straight in.
@@ -185,6 +187,7 @@ class Engine(wiring.Component):
         m.submodules.feed = feed = self.feed
         wiring.connect(m, attention.cache, cache.read)
         wiring.connect(m, feed.o, matvec.i)
+        wiring.connect(m, matvec.w, argmax.i)
 
         # Named copies of the streams out of the units, for benches to watch: in the generated
         # Verilog a unit's own port names are not stable (they give way to its submodules').
@@ -196,6 +199,7 @@ class Engine(wiring.Component):
             probe(epilogue.o, f"epilogue{k}")
         probe(attention.o, "attention")
         probe(matvec.o, "matvec")
+        probe(matvec.w, "head")
         probe(attention.i, "query")
         probe(cache.write, "cache_write")
 
@@ -285,7 +289,6 @@ class Engine(wiring.Component):
         # is active: the sequence of a step guarantees it, the priorities below only document it.
         # A word's element k is column `column + k`; an element past its vector only fills the
         # word, and goes to the epilogues' scratch column.
-        to_head = matvec.o.payload.matrix == Matrix.HEAD
         product = matvec.o.payload
         for k, epilogue in enumerate(epilogues):
             m.d.comb += [
@@ -310,7 +313,7 @@ class Engine(wiring.Component):
                 ]
             with m.Else():
                 m.d.comb += [
-                    routed.i.valid.eq(matvec.o.valid & ~to_head),
+                    routed.i.valid.eq(matvec.o.valid),
                     into.value.eq(product.acc[k]),
                     into.select.eq(stage_of[product.matrix]),
                     into.multiplier.eq(epilogues[k].first_multiplier(stage_of[product.matrix])),
@@ -318,13 +321,7 @@ class Engine(wiring.Component):
                         k >= product.count, scratch,
                         Mux(product.matrix == Matrix.QKV, qkv_column, column))),
                 ]
-        m.d.comb += [
-            argmax.i.valid.eq(matvec.o.valid & to_head),
-            argmax.i.payload.values.eq(product.acc),
-            argmax.i.payload.count.eq(product.count),
-            argmax.i.payload.last.eq(product.last),
-            matvec.o.ready.eq(Mux(to_head, argmax.i.ready, routed.i.ready & ~embed_out_valid)),
-        ]
+        m.d.comb += matvec.o.ready.eq(routed.i.ready & ~embed_out_valid)
 
         stage = epilogues[0].o.payload.select
         # Taken by the collectors below (q, k, v), or, with the xi table, dropped (EMBED).

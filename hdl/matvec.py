@@ -45,6 +45,9 @@ class MatVec(wiring.Component):
         The order in which vectors usually come, as a cycle (all the matrices in turn by
         default). The weight memory's address is a register, set to the next matrix's first
         word before its vector arrives: a vector for another matrix waits one cycle.
+    whole : matrix index or ``None``
+        A matrix whose sums leave a whole group at once on ``w``, rather than ``ways`` at a
+        time on ``o``: for a consumer that takes a group at once (the arg-max head).
 
     Ports
     -----
@@ -53,9 +56,12 @@ class MatVec(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"acc", "column", "count", "matrix", "last"})))``
         The sums ``ways`` at a time in column order: ``acc[k]`` is column ``column + k``, the
         first ``count`` of them are the matrix's; ``last`` marks the vector's last word.
+    w : ``Out(stream.Signature(StructLayout({"values", "count", "last"})))``, with ``whole``
+        That matrix's sums a group at a time: ``values[l]`` is lane l's column of the group,
+        the first ``count`` of them the matrix's; ``last`` marks the vector's last group.
 
-    Latency: the first output word leaves 6 cycles after the last input word of the first group
-    (one more for a vector out of ``order``).
+    Latency: the first output word (or group, on ``w``) leaves 6 cycles after the last input
+    word of the first group (one more for a vector out of ``order``).
     Throughput: one input word per cycle per group, one output word per cycle; with
     ``lanes <= rows`` the output never stalls the lanes.
     """
@@ -63,7 +69,7 @@ class MatVec(wiring.Component):
     REPLICA_LANES = 6  # lanes per copy of an input element
     BANK_LANES = 8     # lanes per bank of the weight memory, each with its own address register
 
-    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None, order=None):
+    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None, order=None, whole=None):
         self.matrices = [np.asarray(w, dtype=np.int64) for w in matrices]
         if not self.matrices:
             raise ValueError("MatVec needs at least one matrix")
@@ -79,6 +85,9 @@ class MatVec(wiring.Component):
         if not self.order or sorted(set(self.order)) != sorted(self.order) or \
                 not all(0 <= index < len(self.matrices) for index in self.order):
             raise ValueError(f"order {self.order}: distinct indices of the {len(self.matrices)} matrices")
+        if whole is not None and not 0 <= whole < len(self.matrices):
+            raise ValueError(f"whole {whole}: an index of the {len(self.matrices)} matrices")
+        self.whole = whole
         self.rows = [w.shape[0] for w in self.matrices]
         self.cols = [w.shape[1] for w in self.matrices]
         self.steps = [-(-r // ways) for r in self.rows]
@@ -91,6 +100,11 @@ class MatVec(wiring.Component):
             max(matvec_bound(b, w).hi for b, w in zip(input_bounds, self.matrices)))
         self.acc_bits = self.acc_bound.bits
         n = len(self.matrices)
+        whole_port = {} if whole is None else {"w": Out(stream.Signature(data.StructLayout({
+            "values": data.ArrayLayout(signed(self.acc_bits), lanes),
+            "count": range(lanes + 1),
+            "last": 1,
+        })))}
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "values": data.ArrayLayout(signed(8), ways),
@@ -103,6 +117,7 @@ class MatVec(wiring.Component):
                 "matrix": range(n),
                 "last": 1,
             }))),
+            **whole_port,
         })
 
     def weight_table(self):
@@ -301,6 +316,25 @@ class MatVec(wiring.Component):
         m.submodules.slice = output = SkidBuffer(self.o.payload.shape())
         wiring.connect(m, output.o, wiring.flipped(self.o))
         taking = output.i.valid & output.i.ready
+        # A group of the `whole` matrix leaves from registers of its own, loaded only with its
+        # groups, and which do not shift: what `w` carries changes only with such a group (a
+        # wide port that changes every cycle slows its simulation severalfold).
+        held_whole = Signal()
+        whole_sums = [Signal(signed(self.acc_bits), name=f"whole{lane}") for lane in range(lanes)]
+        whole_count = Signal(range(lanes + 1))
+        whole_last = Signal()
+        if self.whole is None:
+            taking_whole = 0
+        else:
+            taking_whole = self.w.valid & self.w.ready
+            m.d.comb += [
+                self.w.valid.eq(held_whole),
+                self.w.payload.count.eq(whole_count),
+                self.w.payload.last.eq(whole_last),
+                *(self.w.payload.values[lane].eq(held) for lane, held in enumerate(whole_sums)),
+            ]
+            with m.If(taking_whole):
+                m.d.sync += held_whole.eq(0)  # (a group is never loaded while one is held)
 
         # The lanes stall while a finished group waits for the output buffer. `advance` fans
         # out to every lane's registers, so it is a register itself, computed a cycle ahead
@@ -311,11 +345,13 @@ class MatVec(wiring.Component):
         next_valid = Mux(advance, operands.valid, multiplied.valid)
         next_last = Mux(advance, operands.last, multiplied.last)
         next_finishing = next_valid & next_last
-        next_out_free = Mux(advance & finishing, 0, Mux(taking, out_count <= ways, out_free))
+        next_out_free = Mux(advance & finishing, 0, Mux(taking, out_count <= ways, out_free | taking_whole))
         next_advance = ~(next_finishing & ~next_out_free)
         # The lanes' enables, registered for the same reason.
         accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last
         load = Signal()        # advance & finishing: the group's sums go to the output buffer
+        load_whole = Signal()  # ... and it is a group of the `whole` matrix
+        next_matrix = Mux(advance, operands.matrix, multiplied.matrix)
         # multiplied.first: a group's first word starts the sum afresh. It selects in every
         # lane's adder: a copy per REPLICA_LANES lanes, each near its lanes.
         first = replicas(unsigned(1), -(-lanes // self.REPLICA_LANES), "lanes_first")
@@ -324,20 +360,25 @@ class MatVec(wiring.Component):
             advance.eq(next_advance),
             accumulate.eq(next_advance & next_valid & ~next_last),
             load.eq(next_finishing & next_out_free),
+            load_whole.eq(next_finishing & next_out_free & (next_matrix == self.whole)
+                          if self.whole is not None else 0),
             *(copy.eq(Mux(advance, operands.first, multiplied.first)) for copy in first),
         ]
 
         accumulating = global_net(m, platform, accumulate, "lanes_accumulate")
         loading = global_net(m, platform, load, "lanes_load")
-        for lane, (acc, out, lane_terms) in enumerate(zip(accumulators, outputs, terms)):
+        loading_whole = global_net(m, platform, load_whole, "lanes_load_whole") if self.whole is not None else 0
+        for lane, (acc, out, held, lane_terms) in enumerate(zip(accumulators, outputs, whole_sums, terms)):
             result = tree_sum(lane_terms + [Mux(first[lane // self.REPLICA_LANES], 0, acc)])
             with m.If(accumulating):
                 m.d.sync += acc.eq(result)
             with m.If(loading):
                 m.d.sync += out.eq(result)
+            with m.If(loading_whole):
+                m.d.sync += held.eq(result)
 
         m.d.comb += [
-            output.i.valid.eq(~out_free),
+            output.i.valid.eq(~out_free & ~held_whole),
             output.i.payload.column.eq(out_column),
             output.i.payload.count.eq(Mux(out_count < ways, out_count, ways)),
             output.i.payload.matrix.eq(out_matrix),
@@ -354,6 +395,12 @@ class MatVec(wiring.Component):
         with m.Elif(taking):
             m.d.sync += [out_count.eq(Mux(out_count < ways, 0, out_count - ways)),
                          out_column.eq(out_column + ways)]
+        with m.If(load_whole):
+            m.d.sync += [
+                held_whole.eq(1),
+                whole_count.eq(multiplied.count),
+                whole_last.eq(multiplied.col_base + lanes > last_col[multiplied.matrix]),
+            ]
         # Shift the buffer down: the next word's sums move to the output.
         shifting = global_net(m, platform, taking & ~load, "lanes_shift")
         with m.If(shifting):

@@ -11,7 +11,7 @@ from pathlib import Path
 import cocotb
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from hdl.engine import Engine, Error, Matrix, Op
+from hdl.engine import Engine, Error, Op
 from hdl.epilogue import Stage
 from int8model.format import from_json
 from int8model.golden import Golden
@@ -43,10 +43,10 @@ class Observer:
         def probe(name):  # the engine's named copies of a unit's output stream
             return tuple(getattr(dut, f"probe_{name}_{field}") for field in ("valid", "ready", "payload"))
         epilogues = [probe(f"epilogue{k}") for k in range(engine.ways)]
-        attention_o, matvec_o = probe("attention"), probe("matvec")
+        attention_o, head_o = probe("attention"), probe("head")
         query, cache_write = probe("query"), probe("cache_write")
         attention = engine.attention.o.payload.shape()
-        matvec = engine.matvec.o.payload.shape()
+        head = engine.matvec.w.payload.shape()
         query_layout = engine.attention.i.payload.shape()
         row_layout = engine.cache.write.payload.shape()
         while True:
@@ -76,11 +76,10 @@ class Observer:
             if int(valid.value) and int(ready.value):
                 out = unpack(attention, int(payload.value))
                 step["ci"] += out["values"][:out["count"]]
-            valid, ready, payload = matvec_o
+            valid, ready, payload = head_o
             if int(valid.value) and int(ready.value):
-                out = unpack(matvec, int(payload.value))
-                if out["matrix"] == Matrix.HEAD:
-                    step["logits"] += out["acc"][:out["count"]]
+                out = unpack(head, int(payload.value))
+                step["logits"] += out["values"][:out["count"]]
 
 
 PREFILL_STREAMS = ("xi", "q", "k", "v")  # what a prefill step makes

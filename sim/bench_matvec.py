@@ -15,7 +15,7 @@ from .streams import StreamSink, StreamSource
 
 def build(params):
     return MatVec([np.array(w) for w in params["matrices"]], params["lanes"], ways=params.get("ways", 1),
-                  lut_ways=params.get("lut_ways", 0))
+                  lut_ways=params.get("lut_ways", 0), whole=params.get("whole"))
 
 
 def vectors(unit, rng, count):
@@ -53,14 +53,30 @@ async def matvec_matches_golden(dut):
             items.append({"values": word + [rng.randint(-128, 127) for _ in range(ways - len(word))],
                           "matrix": index})
     cocotb.start_soon(source.send(items))
-    words = [-(-unit.cols[index] // ways) for index, _ in work]
+    # The `whole` matrix's sums leave on `w`, a group a word, the others' on `o`.
+    whole_sink = whole_task = None
+    if unit.whole is not None:
+        whole_sink = StreamSink(dut, "w", unit.w.payload.shape(), dut.clk, stall=params["stall"], rng=rng)
+        groups = sum(unit.groups[index] for index, _ in work if index == unit.whole)
+        whole_task = cocotb.start_soon(whole_sink.receive(groups))
+    words = [-(-unit.cols[index] // ways) if index != unit.whole else 0 for index, _ in work]
     got = await sink.receive(sum(words))
-    at = 0
+    whole = await whole_task if whole_task else []
+    at = whole_at = 0
     for n, ((index, x), count) in enumerate(zip(work, words)):
         want = matvec(np.array(x), unit.matrices[index]).tolist()
+        where = f"vector {n} (matrix {index})"
+        if index == unit.whole:
+            groups = whole[whole_at:whole_at + unit.groups[index]]
+            whole_at += unit.groups[index]
+            lanes = unit.lanes
+            assert [g["count"] for g in groups] == [min(lanes, len(want) - c) for c in range(0, len(want), lanes)], \
+                f"{where}: counts"
+            assert [g["last"] for g in groups] == [0] * (len(groups) - 1) + [1], f"{where}: last"
+            assert [value for g in groups for value in g["values"][:g["count"]]] == want, f"{where} differs"
+            continue
         out = got[at:at + count]
         at += count
-        where = f"vector {n} (matrix {index})"
         assert [o["matrix"] for o in out] == [index] * count, f"{where}: matrix ids"
         assert [o["column"] for o in out] == list(range(0, len(want), ways)), f"{where}: columns"
         assert [o["count"] for o in out] == [min(ways, len(want) - c) for c in range(0, len(want), ways)], \

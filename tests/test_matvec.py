@@ -6,10 +6,10 @@ from int8model.synthetic import random_model
 from sim.runner import ECP5Cells, generated_verilog, run_bench
 
 
-def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_ways=0, platform=None):
+def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_ways=0, platform=None, whole=None):
     params = {"matrices": [np.asarray(w).tolist() for w in matrices], "lanes": lanes, "ways": ways,
-              "lut_ways": lut_ways, "seed": seed, "count": count, "idle": idle, "stall": stall}
-    run_bench(MatVec(matrices, lanes, ways=ways, lut_ways=lut_ways), name=name,
+              "lut_ways": lut_ways, "seed": seed, "count": count, "idle": idle, "stall": stall, "whole": whole}
+    run_bench(MatVec(matrices, lanes, ways=ways, lut_ways=lut_ways, whole=whole), name=name,
               test_module="sim.bench_matvec", params=params, platform=platform)
 
 
@@ -46,6 +46,18 @@ def test_several_elements_a_cycle(ways, lanes):
     matrices = [np.concatenate([w["Wq"], w["Wk"], w["Wv"]], axis=1), w["Wo"], w["W1"], w["W2"], w["Eq"].T,
                 np.full((5, 7), -128), rng.integers(-128, 128, (1, 9))]
     run(f"matvec_ways{ways}_{lanes}", matrices, lanes=lanes, ways=ways, seed=ways, count=30)
+
+
+@pytest.mark.parametrize("ways, lanes, stall", [(4, 32, 0.3), (2, 6, 0.3), (4, 8, 0)])
+def test_a_whole_group_at_once(ways, lanes, stall):
+    """One matrix's sums leave a group at a time on `w` (the head's, for the arg-max), between
+    vectors of the others on `o`: with more columns than lanes, and a last group part empty."""
+    rng = np.random.default_rng(100 + lanes)
+    model = random_model(rng, 32, 4, 20, 29, 8)
+    w = model.weights
+    matrices = [w["Wo"], w["W1"], w["W2"], w["Eq"].T]
+    run(f"matvec_whole{ways}_{lanes}", matrices, lanes=lanes, ways=ways, seed=lanes, count=24, stall=stall,
+        idle=stall, whole=3)
 
 
 def test_lanes_must_be_a_multiple_of_the_ways():

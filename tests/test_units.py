@@ -8,8 +8,10 @@ from sim.runner import run_bench
 
 
 @pytest.mark.parametrize("bits, length, ways", [(20, 32, 1), (8, 1, 1), (33, 256, 1), (20, 32, 3), (8, 7, 2),
-                                                (12, 5, 4)])
+                                                (12, 5, 4), (20, 32, 32), (19, 256, 32), (9, 40, 7), (6, 3, 5)])
 def test_argmax(bits, length, ways):
+    """Words from one value (a run's stages only) to a whole head of 32 lanes (a tournament
+    three stages deep), runs shorter than a word among them."""
     params = {"bits": bits, "length": length, "seed": bits, "count": 300, "ways": ways}
     run_bench(ArgMax(bits, length, ways=ways), name=f"argmax_{bits}_{length}_{ways}",
               test_module="sim.bench_argmax", params=params)
