@@ -239,20 +239,30 @@ class Attention(wiring.Component):
         # LUT's read port registers.
         lut_stage = 3 + self.gap_stages
 
+        # The LUT index is clamp(rq(gap, M_score), 0, NLUT − 1). For a positive M_score it is
+        # never negative, and the clamped gap bounds it: the table is read at every index that
+        # bound allows, the entries past its end repeating its last, so that no comparison lies
+        # between the product and the table (they were the 85F's critical path).
+        rule = self.score_rule
+        k = self.gap_operand_bits
+        if rule.multiplier > 0:
+            top = (((1 << k) - 1) * rule.multiplier) >> rule.shift  # the index of the largest clamped gap
+            entries = [self.exp_lut[min(i, nlut - 1)] for i in range(top + 1)]
+        else:
+            entries = self.exp_lut
         weights = [[] for _ in range(rows)]
         for r in range(rows):
             # A copy of the exp table per bank, read by its heads: Yosys maps a memory's read
             # ports together, and for sixteen of them (four banks of four heads) it runs out of
             # memory.
             m.submodules[f"exp_lut{r}"] = lut = memory.Memory(
-                shape=unsigned(max(1, self.weight_bits)), depth=nlut, init=self.exp_lut)
+                shape=unsigned(max(1, self.weight_bits)), depth=len(entries), init=entries)
             for g in range(heads):
                 # The gap from the maximum, into a register beside the score memory (its read
                 # and the subtraction, then the clamp and the far operand register, were one
                 # path), then clamped into the multiplier's operand register.
                 gap = Signal(unsigned(max(1, self.gap_bits)), name=f"gap{r}_{g}")
                 m.d.sync += gap.eq(peak[g] - score_data[r][g])
-                k = self.gap_operand_bits
                 clamped_gap = Signal(unsigned(k), name=f"clamped_gap{r}_{g}")
                 m.d.comb += clamped_gap.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
                 multiplier = Const(self.score_rule.multiplier)
@@ -268,11 +278,14 @@ class Attention(wiring.Component):
                     operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
                     m.d.sync += operand.eq(clamped_gap)
                     scaled = split_product(m, operand, multiplier, 1, b["score_gap*M_score"].bits, f"scaled{r}_{g}")
-                index = scaled >> self.score_rule.shift
-                clamped = Signal(range(nlut), name=f"lut_index{r}_{g}")
-                m.d.comb += clamped.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
+                index = scaled >> rule.shift
+                lut_index = Signal(range(len(entries)), name=f"lut_index{r}_{g}")
+                if rule.multiplier > 0:
+                    m.d.comb += lut_index.eq(index)
+                else:
+                    m.d.comb += lut_index.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
                 port = lut.read_port()  # one cycle of latency: lands with the V row
-                m.d.comb += port.addr.eq(clamped)
+                m.d.comb += port.addr.eq(lut_index)
                 # A row past pos weighs nothing: it adds to neither den nor num.
                 weights[r].append(Mux(w_rows[lut_stage][r], port.data, 0))
 
