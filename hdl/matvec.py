@@ -351,7 +351,6 @@ class MatVec(wiring.Component):
         accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last
         load = Signal()        # advance & finishing: the group's sums go to the output buffer
         load_whole = Signal()  # ... and it is a group of the `whole` matrix
-        next_matrix = Mux(advance, operands.matrix, multiplied.matrix)
         # multiplied.first: a group's first word starts the sum afresh. It selects in every
         # lane's adder: a copy per REPLICA_LANES lanes, each near its lanes.
         first = replicas(unsigned(1), -(-lanes // self.REPLICA_LANES), "lanes_first")
@@ -360,22 +359,24 @@ class MatVec(wiring.Component):
             advance.eq(next_advance),
             accumulate.eq(next_advance & next_valid & ~next_last),
             load.eq(next_finishing & next_out_free),
-            load_whole.eq(next_finishing & next_out_free & (next_matrix == self.whole)
-                          if self.whole is not None else 0),
             *(copy.eq(Mux(advance, operands.first, multiplied.first)) for copy in first),
         ]
 
         accumulating = global_net(m, platform, accumulate, "lanes_accumulate")
         loading = global_net(m, platform, load, "lanes_load")
-        loading_whole = global_net(m, platform, load_whole, "lanes_load_whole") if self.whole is not None else 0
+        if self.whole is not None:
+            next_matrix = Mux(advance, operands.matrix, multiplied.matrix)
+            m.d.sync += load_whole.eq(next_finishing & next_out_free & (next_matrix == self.whole))
+            loading_whole = global_net(m, platform, load_whole, "lanes_load_whole")
         for lane, (acc, out, held, lane_terms) in enumerate(zip(accumulators, outputs, whole_sums, terms)):
             result = tree_sum(lane_terms + [Mux(first[lane // self.REPLICA_LANES], 0, acc)])
             with m.If(accumulating):
                 m.d.sync += acc.eq(result)
             with m.If(loading):
                 m.d.sync += out.eq(result)
-            with m.If(loading_whole):
-                m.d.sync += held.eq(result)
+            if self.whole is not None:
+                with m.If(loading_whole):
+                    m.d.sync += held.eq(result)
 
         m.d.comb += [
             output.i.valid.eq(~out_free & ~held_whole),
