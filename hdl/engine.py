@@ -227,16 +227,22 @@ class Engine(wiring.Component):
         token_base = Signal(range(vocab * row_words))
         position_base = Signal(range((seq_len + 1) * row_words))
         embed_word = Signal(range(words + 1))
-        embed_fetched = Signal()  # the read ports hold the word whose first column is `embed_tag_column`
+        embed_fetched = Signal()  # the read ports hold the word whose first column is `embed_fetched_column`
+        # The read ports' words go through registers before the sum: a block RAM's output
+        # is slow (5.8 ns on the 85F, a critical path), and its route then ends in a register.
+        embed_held = Signal()     # the registers hold the word whose first column is `embed_tag_column`
+        token_held = Signal.like(token_read.data)
+        position_held = Signal.like(position_read.data)
         # Columns counted rather than multiplied out of word numbers (a product would take a
         # multiplier, and a far one).
         embed_word_column = Signal(range(words * ways + 1))  # the first column of `embed_word`
+        embed_fetched_column = Signal(range(words * ways + 1))
         embed_tag_column = Signal(range(words * ways + 1))
         embedding = Signal()
         embed_out_valid = Signal()
         embed_advance = Signal()
         m.d.comb += [
-            embed_out_valid.eq(embedding & embed_fetched),
+            embed_out_valid.eq(embedding & embed_held),
             embed_advance.eq(~embed_out_valid | routed.i.ready),
             token_read.en.eq(embed_advance),
             position_read.en.eq(embed_advance),
@@ -244,7 +250,11 @@ class Engine(wiring.Component):
             position_read.addr.eq(position_base + embed_word),
         ]
         with m.If(embedding & embed_advance):
-            m.d.sync += [embed_fetched.eq(embed_word < words), embed_tag_column.eq(embed_word_column)]
+            m.d.sync += [
+                embed_fetched.eq(embed_word < words), embed_fetched_column.eq(embed_word_column),
+                embed_held.eq(embed_fetched), embed_tag_column.eq(embed_fetched_column),
+                token_held.eq(token_read.data), position_held.eq(position_read.data),
+            ]
             with m.If(embed_word < words):
                 m.d.sync += [embed_word.eq(embed_word + 1), embed_word_column.eq(embed_word_column + ways)]
 
@@ -306,7 +316,7 @@ class Engine(wiring.Component):
             with m.If(embed_out_valid):
                 m.d.comb += [
                     routed.i.valid.eq(1),
-                    into.value.eq(token_read.data[k] + position_read.data[k]),
+                    into.value.eq(token_held[k] + position_held[k]),
                     into.select.eq(Stage.EMBED),
                     into.multiplier.eq(0),  # EMBED skips the first requant
                     into.tag.eq(Mux(embed_column < d, embed_column, scratch)),
@@ -453,7 +463,7 @@ class Engine(wiring.Component):
             m.d.sync += [
                 token_base.eq(tok * row_words), embed_word.eq(0), embed_word_column.eq(0),
                 step_token.eq(tok), xi_feeding.eq(self.xi_table), xi_word.eq(0), xi_fetched.eq(0),
-                embed_fetched.eq(0), cycles.eq(1), keys_ready.eq(0), values_ready.eq(0),
+                embed_fetched.eq(0), embed_held.eq(0), cycles.eq(1), keys_ready.eq(0), values_ready.eq(0),
                 prefilling.eq(prefill), table_addressed.eq(0),
             ]
             if self.qkv_table:
@@ -514,7 +524,7 @@ class Engine(wiring.Component):
             with m.State("STEP"):
                 m.d.sync += table_addressed.eq(1)
                 # Embedding ends once its last column has been taken.
-                with m.If(embedding & (embed_word == words) & embed_advance):
+                with m.If(embedding & (embed_word == words) & ~embed_fetched & embed_advance):
                     m.d.sync += embedding.eq(0)
                 with m.If(prefilling):
                     # V leaves the lanes last: with it the row is complete, nothing in flight.
