@@ -109,10 +109,11 @@ class Engine(wiring.Component):
     collected for the :class:`~.kv_cache.KVCache` and the :class:`~.attention.Attention` unit,
     whose context feeds the output projection; the head's logits go into the
     :class:`~.argmax.ArgMax` a whole group of lanes at once. Products overlap: each vector
-    streams into the next matrix while it is still leaving the previous one. Vectors move ``ways`` elements a cycle, as words:
-    ``ways`` epilogues work side by side, element k of every word on epilogue k. Of each MAC
-    lane's ``ways`` multipliers, the last ``lut_ways`` are built from LUTs (for a part with too
-    few DSP blocks); the results and the timing are the same. Attention reads
+    streams into the next matrix while it is still leaving the previous one. Vectors move
+    ``ways`` elements a cycle, as words: ``ways`` epilogues work side by side, element k of
+    every word on epilogue k. Of each MAC lane's ``ways`` multipliers, the last ``lut_ways``
+    are built from LUTs (for a part with too few DSP blocks); the results and the timing are
+    the same. Attention reads
     ``attention_rows`` cache rows a cycle, from as many banks of the cache. Where a table of
     ``q``, ``K[pos]`` and ``V[pos]`` for every token and position is small (``QKV_TABLE_BYTES``,
     or as ``qkv_table`` says), a step reads them from it and runs no QKV product; otherwise,
