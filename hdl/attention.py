@@ -60,7 +60,9 @@ class Attention(wiring.Component):
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
 
-    SCORE_LATENCY = 6   # issue → row address → K row → its register → operands → products → head sums, written
+    # issue → row address → K row → its register → operands → products → pair sums → head
+    # sums, written
+    SCORE_LATENCY = 7
     # issue → score read → gap → gap operand → × M_score (two cycles when cut) → index into the
     # LUT's read, V read (a cycle earlier, through its register) → operands → products → num
     WEIGHT_LATENCY = 6
@@ -191,11 +193,19 @@ class Attention(wiring.Component):
         for early, later in zip(s_group + s_rows, s_group[1:] + [None] + s_rows[1:]):
             if later is not None:
                 m.d.sync += later.eq(early)
+        # A head's sum in two stages: its terms added two by two into registers (a LUT
+        # product's two halves, or two columns' DSP products), then those. All at once, a LUT
+        # bank's sixteen terms a head took five levels of logic and a carry chain, the 85F's
+        # critical path. Every sum is kept to the score's width: any carry out of it cancels
+        # in the head's sum, which fits.
         head_sums = [Signal(score_layout, name=f"head_sums{r}") for r in range(rows)]
         for r in range(rows):
             for g in range(heads):
-                m.d.sync += head_sums[r][g].eq(tree_sum([t for e in range(g * hd, (g + 1) * hd)
-                                                         for t in products[r][e]]))
+                terms = [t for e in range(g * hd, (g + 1) * hd) for t in products[r][e]]
+                pair_sums = [Signal(signed(self.score_bits), name=f"pair_sum{r}_{g}_{i // 2}")
+                             for i in range(0, len(terms), 2)]
+                m.d.sync += [pair.eq(tree_sum(terms[2 * i:2 * i + 2])) for i, pair in enumerate(pair_sums)]
+                m.d.sync += head_sums[r][g].eq(tree_sum(pair_sums))
             m.d.comb += [
                 *(write.addr.eq(s_group[-1]) for write in score_writes[r]),
                 *(write.data.eq(head_sums[r][g]) for g, write in enumerate(score_writes[r])),
