@@ -299,16 +299,17 @@ class Attention(wiring.Component):
                 # A row past pos weighs nothing: it adds to neither den nor num.
                 weights[r].append(Mux(w_rows[lut_stage][r], port.data, 0))
 
-        # The cache's address is registered (it reaches every block RAM of the cache), and so
-        # are its rows (a block RAM's output is slow, and the multipliers are spread over the
-        # part): K rows reach the multipliers three cycles after their issue; V rows in step
-        # with the LUT's entries.
+        # The cache's address is registered (it reaches every block RAM of the cache), and the
+        # cache registers its rows (KVCache.LATENCY, two cycles): K rows reach the multipliers'
+        # operand registers three cycles after their issue; V rows in step with the LUT's entries.
         m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[lut_stage - 3]))
         for r in range(rows):
             for e in range(d):
                 select = operand_scoring[e // self.SELECT_COLUMNS]
-                m.d.comb += operand_a[r][e].eq(Mux(select, q[e], weights[r][e // hd]))
-                m.d.sync += operand_b[r][e].eq(Mux(select, self.cache.k[r][e], self.cache.v[r][e]))
+                m.d.comb += [
+                    operand_a[r][e].eq(Mux(select, q[e], weights[r][e // hd])),
+                    operand_b[r][e].eq(Mux(select, self.cache.k[r][e], self.cache.v[r][e])),
+                ]
 
         den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
         num = Signal(data.ArrayLayout(signed(b["num"].bits), d))

@@ -33,7 +33,8 @@ async def cache_reads_back_rows(dut):
         for pos in rng.sample(sorted(shadow), len(shadow)):
             # The group of the position, and the position's bank in it.
             dut.read__group.value = pos // unit.banks
-            await RisingEdge(dut.clk)  # one cycle of latency
+            for _ in range(KVCache.LATENCY):
+                await RisingEdge(dut.clk)
             await ReadOnly()
             bank = pos % unit.banks
             got = (unpack(rows_shape, int(dut.read__k.value))[bank], unpack(rows_shape, int(dut.read__v.value))[bank])
