@@ -55,9 +55,9 @@ class Epilogue(wiring.Component):
     Its input must come from registers (in the engine: the routed register slice), with the
     first requant's ``multiplier`` for the value's stage (:meth:`first_multiplier`).
 
-    Latency: the first requant 2 cycles, the last 3 (also for a value wider than a multiplier's
-    18 bits): 5 cycles for ``O``, ``H`` and ``F``, 3 for ``EMBED``, 2 for the others; throughput
-    one value per cycle.
+    Latency: the first requant 3 cycles (its sum in a stage of its own), the last 3 (also for a
+    value wider than a multiplier's 18 bits): 6 cycles for ``O``, ``H`` and ``F``, 3 for
+    ``EMBED`` and the others; throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):
@@ -99,7 +99,7 @@ class Epilogue(wiring.Component):
         carried = data.StructLayout({"column": range(columns), "multiplier": signed(multiplier_bits(middle_rules))})
         self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=carried,
                              registered_input=True, addend_bounds=[adds[s] for s in stages],
-                             multiplier_input=True)
+                             multiplier_input=True, sum_stage=True)
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
         self.residual = Residual(stored, [residual_rules.get(s, (None, None)) for s in stages], columns,
                                  middle_bound.bits)

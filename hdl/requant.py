@@ -90,6 +90,11 @@ class Requant(wiring.Component):
         before the ReLU and the clamps: ``clamp((x · M >> S) + addend)``, in the same stages
         (added before the shift, shifted up). The range of the addends of that rule's inputs
         (``None``: it adds none, and its inputs' addend must be 0).
+    sum_stage : bool
+        The product's terms (its halves, the addend) are added up into a register of their
+        own, and the shift and the clamps follow in the next stage: one cycle more, for a
+        requant whose sum lies far from its multipliers (the route, the sum, the shift and the
+        clamps in one cycle were the 85F's critical path in the epilogue).
 
     Ports
     -----
@@ -101,15 +106,16 @@ class Requant(wiring.Component):
         (not ``addend`` or ``multiplier``) pass through, so that units in a chain can share one rule index.
 
     Latency 3 cycles (2 where every rule's multiplier is a power of two or 0; one less with
-    ``registered_input``), also for inputs wider than a multiplier's 18 bits, whose product's
+    ``registered_input``, one more with ``sum_stage``), also for inputs wider than a multiplier's 18 bits, whose product's
     two halves (see :mod:`.product`) are added in the last stage,
     throughput one value per cycle; a stalled output holds the whole pipeline
     (after one more value, which waits in the output's register slice).
     """
 
     def __init__(self, in_bound, rules, *, tag_shape=unsigned(0), registered_input=False, addend_bounds=None,
-                 multiplier_input=False):
+                 multiplier_input=False, sum_stage=False):
         self.registered_input = registered_input
+        self.sum_stage = sum_stage
         self.rules = list(rules)
         if not self.rules:
             raise ValueError("a requant unit needs at least one rule")
@@ -215,7 +221,15 @@ class Requant(wiring.Component):
                 m.d.sync += [later[0].eq(select2), later[1].eq(tag2), later[2].eq(valid2)]
             select2, tag2, valid2 = later
 
-        # Stage 3: the sum of the halves (and the addend), the rule's shift (a constant per rule, so a multiplexer, not a
+        if self.sum_stage:
+            summed = Signal.like(product, name="summed")
+            later = (Signal.like(select1, name="select3"), Signal(self.tag_shape, name="tag3"), Signal(name="valid3"))
+            with m.If(advance):
+                m.d.sync += [summed.eq(product), later[0].eq(select2), later[1].eq(tag2), later[2].eq(valid2)]
+            product = summed
+            select2, tag2, valid2 = later
+
+        # Stage 3: the sum of the halves (and the addend; a stage before with sum_stage), the rule's shift (a constant per rule, so a multiplexer, not a
         # shifter) and, beside it, the rule's clamps judged on the product's bits, with no
         # comparison: `p >> s` is at least 128 when p is positive and a bit from s + 7 up is
         # set, below −128 when p is negative and one is clear. Then a register slice, so that

@@ -29,6 +29,7 @@ def build(params):
     return Requant(in_bound, [Rule(*r) for r in params["rules"]],
                    registered_input=params.get("registered_input", False),
                    multiplier_input=params.get("multiplier_input", False),
+                   sum_stage=params.get("sum_stage", False),
                    addend_bounds=None if addends is None else [Bound(*a) if a else None for a in addends])
 
 

@@ -17,15 +17,15 @@ EDGE_RULES = [
 
 
 def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_bounds=None, multiplier_input=False,
-        platform=None):
+        sum_stage=False, platform=None):
     bounds = [[b.lo, b.hi] for b in in_bound] if isinstance(in_bound, list) else [in_bound.lo, in_bound.hi]
     params = {"in_bound": bounds,
               "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
               "seed": seed, "count": count, "registered_input": registered_input,
               "addend_bounds": None if addend_bounds is None else [a and [a.lo, a.hi] for a in addend_bounds],
-              "multiplier_input": multiplier_input}
+              "multiplier_input": multiplier_input, "sum_stage": sum_stage}
     unit = Requant(in_bound, rules, registered_input=registered_input, addend_bounds=addend_bounds,
-                   multiplier_input=multiplier_input)
+                   multiplier_input=multiplier_input, sum_stage=sum_stage)
     run_bench(unit, name=name,
               test_module="sim.bench_requant", params=params, platform=platform)
 
@@ -64,15 +64,17 @@ ADDING = [  # a rule's input range, the rule, and the range of what it adds afte
 ]
 
 
-@pytest.mark.parametrize("registered_input", [False, True])
-def test_addends(registered_input):
-    """``clamp((x · M >> S) + addend)``, the addend's range in the widths, against the golden model."""
+@pytest.mark.parametrize("registered_input, sum_stage", [(False, False), (True, False), (True, True)])
+def test_addends(registered_input, sum_stage):
+    """``clamp((x · M >> S) + addend)``, the addend's range in the widths, against the golden
+    model (and so with the sum in a stage of its own, as the epilogue's first requant has it)."""
     bounds, rules, addends = zip(*ADDING)
     unit = Requant(list(bounds), list(rules), addend_bounds=list(addends))
     assert unit.product_bits == max(r.sum_bound(b, a).bits for b, r, a in ADDING)
     assert unit.out_bound.hi >= 200_000 * 17417 // 2**18 + 30_000
-    run(f"requant_addends{'_registered' if registered_input else ''}", list(bounds), list(rules), seed=8,
-        count=1500, registered_input=registered_input, addend_bounds=list(addends))
+    run(f"requant_addends{'_registered' if registered_input else ''}{'_sum_stage' if sum_stage else ''}",
+        list(bounds), list(rules), seed=8, count=1500, registered_input=registered_input,
+        addend_bounds=list(addends), sum_stage=sum_stage)
 
 
 def test_multipliers_from_the_input():
@@ -137,15 +139,18 @@ def test_powers_of_two(registered_input):
 NARROW, WIDE = Bound(-1000, 1000), Bound(-2**21, 2**21 - 1)  # WIDE: a product cut in two
 
 
-@pytest.mark.parametrize("bound, rules, registered_input, cycles", [
-    (NARROW, SHIFT_ONLY, True, 1), (NARROW, SHIFT_ONLY, False, 2),
-    (NARROW, [Rule(3, 1)], True, 2), (NARROW, [Rule(3, 1)], False, 3), (NARROW, SHIFT_ONLY + [Rule(3, 1)], True, 2),
-    (WIDE, [Rule(3, 1)], True, 2), (WIDE, [Rule(3, 1)], False, 3),
+@pytest.mark.parametrize("bound, rules, registered_input, sum_stage, cycles", [
+    (NARROW, SHIFT_ONLY, True, False, 1), (NARROW, SHIFT_ONLY, False, False, 2),
+    (NARROW, [Rule(3, 1)], True, False, 2), (NARROW, [Rule(3, 1)], False, False, 3),
+    (NARROW, SHIFT_ONLY + [Rule(3, 1)], True, False, 2),
+    (WIDE, [Rule(3, 1)], True, False, 2), (WIDE, [Rule(3, 1)], False, False, 3),
+    (WIDE, [Rule(3, 1)], True, True, 3), (NARROW, SHIFT_ONLY, False, True, 3),
 ], ids=lambda v: None if not isinstance(v, Bound) else ("wide" if v is WIDE else "narrow"))
-def test_latency(bound, rules, registered_input, cycles):
+def test_latency(bound, rules, registered_input, sum_stage, cycles):
     """Cycles from a value taken to its result offered, with the output always ready: a
-    product cut in two adds its halves in the last stage, as it clamps."""
-    unit = Requant(bound, rules, registered_input=registered_input)
+    product cut in two adds its halves in the last stage, as it clamps (or in a stage of its
+    own, with ``sum_stage``)."""
+    unit = Requant(bound, rules, registered_input=registered_input, sum_stage=sum_stage)
     assert unit.in_bits == (22 if bound is WIDE else 11)
     seen = one_item(unit, {"value": 77}, cycles=8)
     assert seen == [cycles]
