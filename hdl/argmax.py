@@ -1,4 +1,4 @@
-from amaranth.hdl import Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -76,27 +76,37 @@ class ArgMax(wiring.Component):
         word = self.i.payload
         taken = self.i.valid & self.i.ready
 
-        # The tournament: each contender is (live, value, offset in the word). Of two, the
-        # later wins only if it is live and strictly greater than a live earlier one (or the
-        # earlier is not live), so that the first maximum keeps the win on a tie.
+        # The tournament: each contender is (live, value, offset in its part of the word).
+        # Of two, the later wins only if it is live and strictly greater than a live earlier
+        # one (or the earlier is not live), so that the first maximum keeps the win on a tie.
+        # The winner's offset gains one bit a level, which half it came from: every bit is a
+        # select or a comparison's result, none a constant (selects between constant offsets
+        # became set and reset logic, whose route to a far register was the 85F's critical path).
         def contest(early, late):
             live_e, value_e, offset_e = early
             live_l, value_l, offset_l = late
             late_wins = live_l & (~live_e | (value_l > value_e))
-            return (live_e | live_l, Mux(late_wins, value_l, value_e), Mux(late_wins, offset_l, offset_e))
+            return (live_e | live_l, Mux(late_wins, value_l, value_e),
+                    Cat(Mux(late_wins, offset_l, offset_e), late_wins))
 
-        contenders = [(k < word.count, word.values[k], Const(k, range(ways))) for k in range(ways)]
+        def bye(alone):  # the last of an odd number: the earlier half, unopposed
+            live, value, offset = alone
+            return live, value, Cat(offset, Const(0, 1))
+
+        contenders = [(k < word.count, word.values[k], Const(0, 0)) for k in range(ways)]
         valid, last = taken, taken & word.last
+        levels = 0  # the offsets' width
         for stage in range(self.stages):
             for _ in range(self.LEVELS_PER_STAGE):
                 if len(contenders) > 1:
-                    contenders = [contest(*contenders[at:at + 2]) if at + 1 < len(contenders) else contenders[at]
+                    contenders = [contest(*contenders[at:at + 2]) if at + 1 < len(contenders) else bye(contenders[at])
                                   for at in range(0, len(contenders), 2)]
+                    levels += 1
             registered = []
             for n, (live, value, offset) in enumerate(contenders):
                 names = [f"stage{stage}_{what}{n}" for what in ("live", "value", "offset")]
                 held = (Signal(name=names[0]), Signal(signed(self.value_bits), name=names[1]),
-                        Signal(range(ways), name=names[2]))
+                        Signal(levels, name=names[2]))
                 m.d.sync += [held[0].eq(live), held[1].eq(value), held[2].eq(offset)]
                 registered.append(held)
             contenders = registered
