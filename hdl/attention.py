@@ -341,8 +341,10 @@ class Attention(wiring.Component):
                 m.d.sync += num[e].eq(num[e + ways])
         column = Signal(range(d + ways))
         head_of = Array(Const(min(c, d - 1) // hd, range(heads)) for c in range(d + 2 * ways))
-        # The head of each column of the word, kept in registers a word ahead of its use.
-        heads_of_word = [Signal(range(heads), name=f"head{k}") for k in range(ways)]
+        # The den of each column's head, in registers a word ahead of its use (the head's
+        # select, its route to the dividers and their first stage were the 85F's critical path).
+        dens = Array(den[g] for g in range(heads))
+        dens_of_word = [Signal(signed(b["den"].bits), name=f"word_den{k}") for k in range(ways)]
         word = data.StructLayout({"count": range(ways + 1), "last": 1})
         m.submodules.context = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
         wiring.connect(m, queue.o, wiring.flipped(self.o))
@@ -355,7 +357,7 @@ class Attention(wiring.Component):
             m.d.comb += [
                 divider.i.valid.eq(dividing),
                 divider.i.payload.num.eq(num[k] if k < d else 0),
-                divider.i.payload.den.eq(den[heads_of_word[k]]),
+                divider.i.payload.den.eq(dens_of_word[k]),
                 queue.i.payload.values[k].eq(requant.o.payload.value),
                 requant.o.ready.eq(1),
             ]
@@ -411,15 +413,15 @@ class Attention(wiring.Component):
                     m.next = "WEIGHT"
             with m.State("WEIGHT_DRAIN"):
                 # The numerators are complete a cycle after the last row leaves the pipeline's
-                # last stage but one: the dividers take them from then.
+                # last stage but one (the dens stages earlier): the dividers take them from then.
                 with m.If((w_valid[:weight_latency - 1] == 0) & (pending == 0)):
                     m.d.sync += [column.eq(0), pending.eq(words)]
                     set_context(1)
-                    m.d.sync += [head.eq(head_of[k]) for k, head in enumerate(heads_of_word)]
+                    m.d.sync += [word_den.eq(dens[head_of[k]]) for k, word_den in enumerate(dens_of_word)]
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
                 m.d.sync += column.eq(column + ways)
-                m.d.sync += [head.eq(head_of[column + ways + k]) for k, head in enumerate(heads_of_word)]
+                m.d.sync += [word_den.eq(dens[head_of[column + ways + k]]) for k, word_den in enumerate(dens_of_word)]
                 with m.If(column + ways >= d):
                     m.d.sync += [idle.eq(1), group.eq(0)]
                     set_context(0)
