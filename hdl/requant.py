@@ -106,9 +106,9 @@ class Requant(wiring.Component):
         (not ``addend`` or ``multiplier``) pass through, so that units in a chain can share one rule index.
 
     Latency 3 cycles (2 where every rule's multiplier is a power of two or 0; one less with
-    ``registered_input``, one more with ``sum_stage``), also for inputs wider than a multiplier's 18 bits, whose product's
-    two halves (see :mod:`.product`) are added in the last stage,
-    throughput one value per cycle; a stalled output holds the whole pipeline
+    ``registered_input``, one more with ``sum_stage``), also for inputs wider than a
+    multiplier's 18 bits, whose product's two halves (see :mod:`.product`) are added in the
+    last stage, throughput one value per cycle; a stalled output holds the whole pipeline
     (after one more value, which waits in the output's register slice).
     """
 
@@ -229,12 +229,12 @@ class Requant(wiring.Component):
             product = summed
             select2, tag2, valid2 = later
 
-        # Stage 3: the sum of the halves (and the addend; a stage before with sum_stage), the rule's shift (a constant per rule, so a multiplexer, not a
-        # shifter) and, beside it, the rule's clamps judged on the product's bits, with no
-        # comparison: `p >> s` is at least 128 when p is positive and a bit from s + 7 up is
-        # set, below −128 when p is negative and one is clear. Then a register slice, so that
-        # the pipeline's enable comes from registers and the consumer's readiness goes no
-        # further than the slice.
+        # Stage 3: the sum of the halves (and the addend; a stage before with sum_stage), the
+        # rule's shift (a constant per rule, so a multiplexer, not a shifter) and, beside it,
+        # the rule's clamps judged on the product's bits, with no comparison: `p >> s` is at
+        # least 128 when p is positive and a bit from s + 7 up is set, below −128 when p is
+        # negative and one is clear. Then a register slice, so that the pipeline's enable comes
+        # from registers and the consumer's readiness goes no further than the slice.
         negative = product[-1]
         shifted = Array(product >> rule.shift for rule in rules)[select2]
         to_zero = Array(Const(rule.relu) & negative for rule in rules)[select2]
