@@ -113,13 +113,12 @@ class Engine(wiring.Component):
     ``ways`` elements a cycle, as words: ``ways`` epilogues work side by side, element k of
     every word on epilogue k. Of each MAC lane's ``ways`` multipliers, the last ``lut_ways``
     are built from LUTs (for a part with too few DSP blocks); the results and the timing are
-    the same. Attention reads
-    ``attention_rows`` cache rows a cycle, from as many banks of the cache. Where a table of
-    ``q``, ``K[pos]`` and ``V[pos]`` for every token and position is small (``QKV_TABLE_BYTES``,
-    or as ``qkv_table`` says), a step reads them from it and runs no QKV product; otherwise,
-    where a table of ``xi`` is small (``XI_TABLE_BYTES``), the first product reads its input
-    from that. With either table, ``x`` passes through the epilogue only to be stored for the
-    residual. All shapes, weights and tables come from the model.
+    the same. Attention reads ``attention_rows`` cache rows a cycle, from as many banks of the
+    cache. Where a table of ``q``, ``K[pos]`` and ``V[pos]`` for every token and position is
+    small (``QKV_TABLE_BYTES``, or as ``qkv_table`` says), a step reads them from it and runs
+    no QKV product; otherwise, where a table of ``xi`` is small (``XI_TABLE_BYTES``), the first
+    product reads its input from that. With either table, ``x`` passes through the epilogue
+    only to be stored for the residual. All shapes, weights and tables come from the model.
 
     Ports
     -----
