@@ -55,8 +55,8 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None
 
     Block RAM: every memory rounded up to whole 18 kbit blocks as Yosys maps them (an upper
     bound: small ones go to LUT RAM). Multipliers: ``ways − lut_ways`` per MAC lane, one per
-    attention column (of the first cache bank; the others' are LUTs), two per head and bank,
-    one per requant stage (two per epilogue) for the wide constant products.
+    attention column (of the first cache bank; the others' are LUTs), one per head and bank
+    (``M_score``), one per requant stage (two per epilogue) for the wide constant products.
     """
     from .engine import DEFAULT_ATTENTION_ROWS, XI_TABLE_BYTES, qkv_table_depth, qkv_table_fits, xi_table_depth
     rows = attention_rows or DEFAULT_ATTENTION_ROWS
@@ -85,7 +85,7 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None
                 break
         blocks += -(-width // block_width) * -(-depth // block_depth)
     bits = sum(depth * width for depth, width in memories.values())
-    multipliers = lanes * (ways - lut_ways) + d + 2 * model.n_heads * rows + 1 + 2 * ways
+    multipliers = lanes * (ways - lut_ways) + d + model.n_heads * rows + 1 + 2 * ways
     return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers, "qkv_table": qkv_table}
 
 

@@ -37,9 +37,9 @@ def test_a_model_too_large_for_the_part_is_refused_with_numbers(capsys):
 def test_the_most_ways_the_part_fits_are_chosen():
     """DSP blocks first, then one way in LUTs rather than fewer ways."""
     model = load(SHIPPED)
-    # 4 ways all in DSP blocks would take 32 x 4 + 32 + 2 x 4 heads x 2 rows + 1 + 8 = 185 of the
+    # 4 ways all in DSP blocks would take 32 x 4 + 32 + 4 heads x 2 rows + 1 + 8 = 177 of the
     # 85F's 156.
-    assert check_fit(model, 32, 4, "85F", lut_ways=1)["MULT18X18D"] == 32 * 3 + 32 + 16 + 1 + 8
+    assert check_fit(model, 32, 4, "85F", lut_ways=1)["MULT18X18D"] == 32 * 3 + 32 + 8 + 1 + 8
     with pytest.raises(FitError, match=r"32 MAC lanes x 4 ways \+"):
         check_fit(model, 32, 4, "85F")
     assert choose_ways(model, "85F") == (4, 1, 32, True)
