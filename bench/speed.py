@@ -21,7 +21,8 @@ import numpy as np
 
 from int8model import Golden, load
 from int8model.synthetic import random_model
-from hdl.engine import DEFAULT_WAYS, lanes_for, qkv_table_fits
+from hdl.build import choose_ways
+from hdl.engine import qkv_table_fits
 from sim.cycles import floor_cycles, measure, measure_prefill
 
 from .c_decoder import CDecoder
@@ -74,19 +75,21 @@ def main(argv=None):
     parser.add_argument("--report", type=Path, default=Path("build/ulx3s/report.json"),
                         help="the build report whose fmax to use (python -m hdl.build writes it)")
     parser.add_argument("--fmax", type=float, help="fmax in MHz, instead of a build report's")
-    parser.add_argument("--ways", type=int, help=f"elements a cycle (default: the build report's, else {DEFAULT_WAYS})")
+    parser.add_argument("--ways", type=int, help="elements a cycle (default: the build report's, else as the "
+                                                 "85F's build would choose)")
     parser.add_argument("--out", type=Path, default=Path("build/bench"))
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-    ways = args.ways or DEFAULT_WAYS
+    device, shape = "85F", None
     table = None  # as the engine decides by size, unless the build report says
     if args.fmax:
         fmax, source = args.fmax, "given"
     elif args.report.exists():
         report = json.loads(args.report.read_text())
         fmax, source = report["fmax_mhz"], f"{args.report} ({report['device']}, {report['identity'][13:25]}…)"
-        ways = args.ways or report.get("ways", 1)
+        device = report["device"]
+        shape = report["ways"], report.get("lut_ways", 0), report["lanes"]
         table = report.get("qkv_table")
     else:
         print(f"error: no build report at {args.report}: run python -m hdl.build --board ulx3s first, "
@@ -94,11 +97,14 @@ def main(argv=None):
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     shipped = load(args.model)
+    if shape is None or args.ways:
+        shape = choose_ways(shipped, device, args.ways)[:3]
+    ways, lut_ways, lanes = shape
     models = {"shipped " + args.model.stem: shipped}
     for seed in (1, 2):
         models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
     prompt = [1, 2, 3]
-    print(f"fmax {fmax:.2f} MHz, from {source}; {ways} ways")
+    print(f"fmax {fmax:.2f} MHz, from {source}; {lanes} lanes x {ways} ways ({lut_ways} in LUTs)")
     print("C: the reference's arithmetic; C+table: q, k, v from the engine's table (where it has one)")
     header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} "
               f"{'engine tok/s':>12s} {'C us':>6s} {'C tok/s':>9s} {'C+table us':>10s} {'NumPy us':>8s} "
@@ -106,18 +112,16 @@ def main(argv=None):
     print(header)
     series = {}
     for label, model in models.items():
-        lanes = lanes_for(model, ways)
         qkv_table = qkv_table_fits(model) if table is None else table
-        cycles = measure(model, lanes, ways, name=f"bench_{model.sha256[:12]}_{ways}_{int(qkv_table)}",
-                         qkv_table=qkv_table)
+        tag = f"{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}"
+        cycles = measure(model, lanes, ways, name=f"bench_{tag}", qkv_table=qkv_table)
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
         engine_us = mean / fmax
         c_us = c_ns_per_token(model, prompt) / 1000
         c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if qkv_table else c_us
         numpy_us = golden_us_per_token(model, prompt)
-        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{model.sha256[:12]}_{ways}_{int(qkv_table)}",
-                                  qkv_table=qkv_table)
+        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{tag}", qkv_table=qkv_table)
         prefill_mean = sum(prefill) / len(prefill)
         print(f"{label:24s} {'table' if qkv_table else 'computed':>8s} {mean:10.1f} "
               f"{floor_cycles(model, lanes, ways, qkv_table):6.1f} {engine_us:9.3f} "
@@ -127,16 +131,18 @@ def main(argv=None):
     plot(args.out / "cycles_per_position.png", series)
     print(f"plot: {args.out / 'cycles_per_position.png'}")
 
-    print(f"\ncycles per token by d_model (n_heads 4, d_ff = d_model, vocab 32, seq_len 32, {ways} ways, "
-          f"lanes = d_model rounded up to a multiple of {ways})")
-    print(f"{'d_model':>7s} {'q,k,v':>8s} {'pos 0':>6s} {'pos 16':>6s} {'pos 31':>6s} {'mean':>7s} {'floor':>6s}")
+    print(f"\ncycles per token by d_model (n_heads 4, d_ff = d_model, vocab 32, seq_len 32), each with the "
+          f"lanes and ways the {device}'s build chooses")
+    print(f"{'d_model':>7s} {'lanes x ways (LUT)':>18s} {'q,k,v':>8s} {'pos 0':>6s} {'pos 16':>6s} {'pos 31':>6s} "
+          f"{'mean':>7s} {'floor':>6s}")
     for d in (16, 32, 64):
         model = random_model(np.random.default_rng(d), d, 4, d, 32, 32)
-        lanes = lanes_for(model, ways)
-        qkv_table = qkv_table_fits(model)
-        cycles = measure(model, lanes, ways, name=f"bench_d{d}_{ways}_{int(qkv_table)}", qkv_table=qkv_table)
-        print(f"{d:7d} {'table' if qkv_table else 'computed':>8s} {cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} "
-              f"{sum(cycles) / len(cycles):7.1f} {floor_cycles(model, lanes, ways, qkv_table):6.1f}", flush=True)
+        d_ways, d_lut_ways, d_lanes, qkv_table = choose_ways(model, device, args.ways)
+        cycles = measure(model, d_lanes, d_ways, name=f"bench_d{d}_{d_lanes}_{d_ways}_{int(qkv_table)}",
+                         qkv_table=qkv_table)
+        print(f"{d:7d} {f'{d_lanes} x {d_ways} ({d_lut_ways})':>18s} {'table' if qkv_table else 'computed':>8s} "
+              f"{cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "
+              f"{floor_cycles(model, d_lanes, d_ways, qkv_table):6.1f}", flush=True)
     return 0
 
 

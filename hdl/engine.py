@@ -70,9 +70,11 @@ def qkv_table_fits(model):
     return qkv_table_depth(model) * 3 * model.d_model <= QKV_TABLE_BYTES
 
 
-def lanes_for(model, ways):
-    """The default lanes: one per column of a d_model-wide product, rounded up to whole words."""
-    return -(-model.d_model // ways) * ways
+def lanes_for(model, ways, share=1):
+    """The default lanes: one per column of a d_model-wide product (or of its ``share``-th
+    part), rounded up to whole words."""
+    columns = -(-model.d_model // share)
+    return -(-columns // ways) * ways
 
 
 class Error(enum.IntEnum):

@@ -34,18 +34,23 @@ def test_a_model_too_large_for_the_part_is_refused_with_numbers(capsys):
     assert "does not fit the ULX3S-12F" in capsys.readouterr().err
 
 
-def test_the_most_ways_the_part_fits_are_chosen():
-    """DSP blocks first, then one way in LUTs rather than fewer ways."""
+def test_the_most_multipliers_the_part_fits_are_chosen_then_the_most_ways():
+    """DSP blocks first, then one of a lane's multipliers in LUTs rather than fewer."""
     model = load(SHIPPED)
-    # 4 ways all in DSP blocks would take 32 x 4 + 32 + 4 heads x 2 rows + 1 + 8 = 177 of the
-    # 85F's 156.
+    # 32 lanes x 4 ways all in DSP blocks would take 32 x 4 + 32 + 4 heads x 2 rows + 1 + 8 = 177
+    # of the 85F's 156.
     assert check_fit(model, 32, 4, "85F", lut_ways=1)["MULT18X18D"] == 32 * 3 + 32 + 8 + 1 + 8
     with pytest.raises(FitError, match=r"32 MAC lanes x 4 ways \+"):
         check_fit(model, 32, 4, "85F")
     assert choose_ways(model, "85F") == (4, 1, 32, True)
     assert choose_ways(model, "85F", ways=3) == (3, 0, 33, True)
-    # The 45F's 72 take attention's 32 and the requants' only beside one way in LUTs.
-    assert choose_ways(model, "45F") == (1, 1, 32, True)
+    assert choose_ways(model, "85F", lanes=16) == (4, 0, 16, True)
+    # The 45F's 72 take attention's 32 and the requants' beside 16 lanes of two ways, one in
+    # LUTs: as many multipliers as 32 lanes of one way, a vector in half as many words.
+    assert check_fit(model, 16, 2, "45F", lut_ways=1)["MULT18X18D"] == 16 + 32 + 8 + 1 + 4
+    with pytest.raises(FitError, match="the LFE5U-45F has 72"):
+        check_fit(model, 8, 4, "45F", lut_ways=1)
+    assert choose_ways(model, "45F") == (2, 1, 16, True)
     with pytest.raises(FitError, match="the LFE5U-25F has 28"):
         choose_ways(model, "25F")
 
@@ -56,7 +61,7 @@ def test_the_qkv_table_where_the_part_has_the_block_ram():
     model = random_model(np.random.default_rng(1), 32, 4, 32, 40, 32)
     assert estimate(model, 32, 1, 1)["DP16KD"] > 108 >= estimate(model, 32, 1, 1, qkv_table=False)["DP16KD"]
     assert choose_ways(model, "85F") == (4, 1, 32, True)
-    assert choose_ways(model, "45F") == (1, 1, 32, False)
+    assert choose_ways(model, "45F") == (2, 1, 16, False)
     assert choose_ways(load(SHIPPED), "85F", qkv_table=False) == (4, 1, 32, False)
 
 

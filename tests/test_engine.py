@@ -31,6 +31,14 @@ def test_shipped_model():
         ways=4, lut_ways=1, platform=ECP5Cells())
 
 
+def test_shipped_model_as_on_the_45f():
+    """16 lanes x 2 ways, one of them in LUTs: half the lanes of a d_model-wide product, each
+    matrix in two groups of columns, the second replayed from the lanes' vector buffer."""
+    model = load(SHIPPED)
+    run("engine_shipped_45f", model, 16, [[3, 1, 4, 1, 5]], testcase="generations_match_golden",
+        ways=2, lut_ways=1, platform=ECP5Cells())
+
+
 def test_shipped_model_three_ways():
     """Without the q, k, v table: the QKV product in the lanes, its input from the xi table."""
     model = load(SHIPPED)
