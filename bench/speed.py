@@ -21,7 +21,7 @@ import numpy as np
 
 from int8model import Golden, load
 from int8model.synthetic import random_model
-from hdl.build import choose_ways
+from hdl.build import FitError, choose_ways
 from hdl.engine import qkv_table_fits
 from sim.cycles import floor_cycles, measure, measure_prefill
 
@@ -137,7 +137,11 @@ def main(argv=None):
           f"{'mean':>7s} {'floor':>6s}")
     for d in (16, 32, 64):
         model = random_model(np.random.default_rng(d), d, 4, d, 32, 32)
-        d_ways, d_lut_ways, d_lanes, qkv_table = choose_ways(model, device, args.ways)
+        try:
+            d_ways, d_lut_ways, d_lanes, qkv_table = choose_ways(model, device, args.ways)
+        except FitError:
+            print(f"{d:7d}  does not fit the {device}", flush=True)
+            continue
         cycles = measure(model, d_lanes, d_ways, name=f"bench_d{d}_{d_lanes}_{d_ways}_{int(qkv_table)}",
                          qkv_table=qkv_table)
         print(f"{d:7d} {f'{d_lanes} x {d_ways} ({d_lut_ways})':>18s} {'table' if qkv_table else 'computed':>8s} "
