@@ -110,9 +110,9 @@ def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None):
 
 
 # The most ways a build chooses by itself. On the 85F, 16 lanes of eight ways (as many
-# multipliers as 32 of four) take 110 cycles a token rather than 113, but the wider words'
-# paths, each lane's sum of ten product terms and the control from one unit's output into the
-# next's input, crossed the part: 73 MHz.
+# multipliers as 32 of four) take 106 cycles a token rather than 113, but each lane's sum of
+# ten product terms in one cycle built at 76.6 MHz; with those summed a cycle earlier (110
+# cycles), the control from attention's output into the lanes crossed the part: 72.9 MHz.
 MAX_WAYS = 4
 
 
@@ -132,21 +132,21 @@ def shapes(model, ways=None, lanes=None, lut_ways=None):
 def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=None):
     """The ways, LUT ways, lanes and whether q, k, v come from a table, to build with: those
     asked, else, of the shapes that fit the part (:func:`shapes`), the one with the most MAC
-    multipliers, then the most ways (a vector in fewer words: each matrix's product ends
-    sooner after its input's last word), then the fewest in LUTs; the table where the model's
-    is small and the part has the block RAM."""
+    multipliers, then the most ways (a vector in fewer words streams from one matrix into the
+    next in fewer cycles), then the fewest in LUTs; the table where the model's is small and
+    the part has the block RAM. Where none fits, the refusal of the last (and least) shape."""
     best, error = None, None
     for candidate, soft, chosen in shapes(model, ways, lanes, lut_ways):
         for table in [qkv_table] if qkv_table is not None else (None, False):
             try:
                 check_fit(model, chosen, candidate, device, soft, table)
             except FitError as refused:
-                error = error or refused
+                error = refused
                 continue
             rank = (chosen * candidate, candidate, -soft)
             if best is None or rank > best[0]:
-                table = estimate(model, chosen, candidate, soft, qkv_table=table)["qkv_table"]
-                best = rank, (candidate, soft, chosen, table)
+                fits_table = estimate(model, chosen, candidate, soft, qkv_table=table)["qkv_table"]
+                best = rank, (candidate, soft, chosen, fits_table)
             break
     if best is None:
         raise error
