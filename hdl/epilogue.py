@@ -1,6 +1,6 @@
 import enum
 
-from amaranth.hdl import Module, Mux, signed
+from amaranth.hdl import Cat, Module, Mux, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -48,7 +48,8 @@ class Epilogue(wiring.Component):
     o : ``Out(stream.Signature(StructLayout({"value", "tag", "select"})))``, ``value`` int8.
 
     A stage skips the units it has nothing to do in: ``EMBED`` enters at the second requant,
-    ``Q``, ``K`` and ``V`` leave after the first. Of the values in flight at any time, all
+    ``Q``, ``K`` and ``V`` leave after the first, and so does ``H`` where ``r_hid`` only
+    shifts (its two rules are then one, see :meth:`.Rule.then`). Of the values in flight at any time, all
     belong to one stage (a decode step makes each stage's values from the previous stage's),
     so the paths never meet.
 
@@ -57,7 +58,7 @@ class Epilogue(wiring.Component):
 
     Latency: the first requant 3 cycles (its sum in a stage of its own), the last 3 (also for a
     value wider than a multiplier's 18 bits): 6 cycles for ``O``, ``H`` and ``F``, 3 for
-    ``EMBED`` and the others; throughput one value per cycle.
+    ``EMBED`` and the others (``H`` too, where it leaves early); throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):
@@ -75,6 +76,13 @@ class Epilogue(wiring.Component):
             Stage.V: unused, Stage.O: Rule.to8(r["r_ffn"]), Stage.H: Rule.to8(r["r_hid"]),
             Stage.F: Rule.to8(r["r_out"]),
         }
+        # A last rule that only shifts (``r_hid`` = (1, 3) in a trained model) folds into the
+        # first (Rule.then): the stage then leaves after the first requant, three cycles sooner.
+        hidden = first[Stage.H].then(last[Stage.H])
+        if hidden is not None:
+            first[Stage.H], last[Stage.H] = hidden, unused
+        # The stages that leave after the first requant.
+        self.early = (Stage.Q, Stage.K, Stage.V) + ((Stage.H,) if hidden is not None else ())
         residual_rules = {
             Stage.EMBED: (None, "x"), Stage.O: ("x", "s1"), Stage.F: ("s1", None),
         }
@@ -142,9 +150,9 @@ class Epilogue(wiring.Component):
             first.i.payload.addend.eq(residual.addend),
             first.i.valid.eq(self.i.valid & ~embed_in),
         ]
-        # The first requant's output: Q, K and V out, the others on to the last requant.
+        # The first requant's output: the early stages out, the others on to the last requant.
         select = first.o.payload.select
-        collect = (select == Stage.Q) | (select == Stage.K) | (select == Stage.V)
+        collect = Cat(select == stage for stage in self.early).any()
         m.d.comb += first.o.ready.eq(Mux(collect, self.o.ready, last.i.ready))
         with m.If(first.o.valid):
             m.d.comb += [*carry(last.i.payload, first.o.payload, first.o.payload.tag.column),

@@ -47,6 +47,30 @@ class Rule:
             out = out.clamp(-128, 127)
         return out
 
+    def then(self, last):
+        """This rule followed by ``last``, as one rule, or ``None`` where they do not compose.
+
+        They compose where this rule does not saturate and ``last`` multiplies by a power of
+        two, ``2^k``, and shifts by at least ``k``: ``floor(floor(p / 2^a) / 2^b)`` is
+        ``floor(p / 2^(a + b))``, and a ReLU gives the same after a shift as before it. The
+        result is one requant where the two took two in a chain."""
+        k = last.multiplier.bit_length() - 1
+        if self.saturate or last.multiplier <= 0 or last.multiplier != 1 << k or last.shift < k:
+            return None
+        shift = self.shift + last.shift - k
+        if shift > 63:
+            return None
+        return Rule(self.multiplier, shift, relu=self.relu or last.relu, saturate=last.saturate)
+
+    def is_identity_on(self, bound):
+        """Whether the rule gives back every value in ``bound`` unchanged (as ``r_ctx`` = (1, 0)
+        does on the softmax's int8 context)."""
+        if self.multiplier != 1 << self.shift:
+            return False
+        if self.relu and bound.lo < 0:
+            return False
+        return not self.saturate or (bound.lo >= -128 and bound.hi <= 127)
+
     def apply(self, value):
         """The rule on one integer, at elaboration (for tables of constants)."""
         out = (int(value) * self.multiplier) >> self.shift

@@ -166,3 +166,41 @@ def test_a_rule_on_one_integer_is_the_golden_requant():
             want = np.maximum(want, 0) if rule.relu else want
             want = c8(want) if rule.saturate else want
             assert rule.apply(value) == int(want), (rule, value)
+
+
+def test_a_shifting_rule_folds_into_the_one_before():
+    """Rule.then against the two rules one after the other: where the second multiplies by a
+    power of two, 2^k, and shifts by at least k, one rule gives the same on every value."""
+    rng = np.random.default_rng(9)
+    values = [0, 1, -1, 7, -8, 2**40, -(2**40)] + rng.integers(-2**40, 2**40, 300).tolist()
+    firsts = [Rule.rq((19113, 19), relu=True), Rule.rq((-77, 5)), Rule.rq((3, 0), relu=True), Rule.rq((1, 55))]
+    lasts = [Rule.to8((1, 3)), Rule.to8((4, 2)), Rule.to8((8, 9)), Rule(2, 1, relu=True), Rule(1, 0, saturate=False)]
+    for first in firsts:
+        for last in lasts:
+            both = first.then(last)
+            if first.shift + last.shift - (last.multiplier.bit_length() - 1) > 63:
+                assert both is None, (first, last)
+                continue
+            for value in values:
+                assert both.apply(value) == last.apply(first.apply(value)), (first, last, value)
+    # A multiplier not a power of two, one shifting up more than down, a saturating first rule.
+    assert Rule.rq((5, 2)).then(Rule.to8((3, 4))) is None
+    assert Rule.rq((5, 2)).then(Rule.to8((8, 2))) is None
+    assert Rule.rq((5, 2)).then(Rule.to8((-4, 3))) is None
+    assert Rule.rq((5, 2)).then(Rule.to8((0, 3))) is None
+    assert Rule.to8((5, 2)).then(Rule.to8((1, 0))) is None
+    assert Rule.rq((1, 60)).then(Rule.to8((1, 4))) is None  # a shift past 63
+
+
+@pytest.mark.parametrize("rule, bound, identity", [
+    (Rule.to8((1, 0)), Bound(-128, 127), True), (Rule.to8((8, 3)), Bound(-128, 127), True),
+    (Rule.to8((1, 0)), Bound(-129, 0), False), (Rule.to8((1, 0)), Bound(0, 128), False),
+    (Rule.rq((1, 0)), Bound(-1000, 1000), True), (Rule.to8((3, 1)), Bound(-1, 1), False),
+    (Rule.to8((2, 0)), Bound(0, 0), False), (Rule(1, 0, relu=True), Bound(-1, 5), False),
+    (Rule(1, 0, relu=True), Bound(0, 5), True),
+])
+def test_identity_rules(rule, bound, identity):
+    """Rule.is_identity_on, and where it says so, every value of the bound comes back unchanged."""
+    assert rule.is_identity_on(bound) == identity
+    if identity:
+        assert all(rule.apply(v) == v for v in range(bound.lo, bound.hi + 1))
