@@ -54,7 +54,8 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 19`` cycles (one more for pos < rows) from taking the
+    Latency: ``2·ceil((pos + 1) / rows) + 19`` cycles (one more for pos < rows, one less where
+    ``r_ctx`` changes no context, as (1, 0) does) from taking the
     query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
@@ -77,6 +78,9 @@ class Attention(wiring.Component):
         self.exp_lut = [int(v) for v in model.exp_lut]
         self.score_rule = Rule.rq(model.requant["M_score"])
         self.ctx_rule = Rule.to8(model.requant["r_ctx"])
+        # Where r_ctx changes no context (a trained model's (1, 0)), the quotients leave as
+        # they are, a cycle sooner, without a requant.
+        self.ctx_requant = not self.ctx_rule.is_identity_on(bounds["ctx"])
         self.bounds = {k: bounds[k] for k in ("q", "k", "v", "scores", "score_gap",
                                               "score_gap*M_score", "weights", "den", "num", "ctx")}
         self.score_bits = bounds["scores"].bits
@@ -351,24 +355,29 @@ class Attention(wiring.Component):
         dividing = Signal()
         for k in range(ways):
             divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=word if k == 0 else unsigned(0))
-            requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=divider.tag_shape, registered_input=True)
-            m.submodules[f"divider{k}"], m.submodules[f"requant{k}"] = divider, requant
-            wiring.connect(m, divider.o, requant.i)
+            m.submodules[f"divider{k}"] = divider
+            if not self.ctx_requant:
+                out = divider.o
+            else:
+                requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=divider.tag_shape, registered_input=True)
+                m.submodules[f"requant{k}"] = requant
+                wiring.connect(m, divider.o, requant.i)
+                out = requant.o
             m.d.comb += [
                 divider.i.valid.eq(dividing),
                 divider.i.payload.num.eq(num[k] if k < d else 0),
                 divider.i.payload.den.eq(dens_of_word[k]),
-                queue.i.payload.values[k].eq(requant.o.payload.value),
-                requant.o.ready.eq(1),
+                queue.i.payload.values[k].eq(out.payload.value),
+                out.ready.eq(1),
             ]
             if k == 0:
                 remaining = d - column
                 m.d.comb += [
                     divider.i.payload.tag.count.eq(Mux(remaining < ways, remaining, ways)),
                     divider.i.payload.tag.last.eq(remaining <= ways),
-                    queue.i.valid.eq(requant.o.valid),
-                    queue.i.payload.count.eq(requant.o.payload.tag.count),
-                    queue.i.payload.last.eq(requant.o.payload.tag.last),
+                    queue.i.valid.eq(out.valid),
+                    queue.i.payload.count.eq(out.payload.tag.count),
+                    queue.i.payload.last.eq(out.payload.tag.last),
                 ]
         # The words of a context still in the dividers, the requants or the queue.
         pending = Signal(range(words + 1))

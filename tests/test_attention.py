@@ -49,6 +49,18 @@ def test_ecp5_multipliers_in_their_own_registers():
     assert generated_verilog("attention_ecp5").count("MULT18X18D #(") == 16 + 2 * 2  # d_model, heads × banks
 
 
+@pytest.mark.parametrize("r_ctx", [(1, 0), (4, 2)])
+def test_context_left_as_it_is(r_ctx):
+    """An r_ctx that changes no context (a trained model's (1, 0)): the quotients leave the
+    dividers as they are, with no requant after them."""
+    rng = np.random.default_rng(60 + r_ctx[0])
+    doc = random_model(rng, 16, 4, 16, 16, 12).to_json()
+    doc["requant"]["r_ctx"] = list(r_ctx)
+    model = from_json(doc)
+    assert not Attention(model, analyse(model)).ctx_requant
+    run(f"attention_ctx_{r_ctx[0]}_{r_ctx[1]}", model, seed=r_ctx[0], rows=2, ways=3)
+
+
 @pytest.mark.parametrize("ways", [1, 4])
 def test_queries_while_context_waits(ways):
     """A query as soon as the unit takes one, while a slow consumer holds the context before:
