@@ -47,8 +47,8 @@ class ArgMax(wiring.Component):
         The index of the run's first maximum.
 
     A word's first maximum is found by a tournament, a tree of pairwise contests
-    ``LEVELS_PER_STAGE`` levels to a pipeline stage, then held against the run's best.
-    Throughput one word per cycle; the index is valid ``latency`` cycles after the last word
+    ``LEVELS_PER_STAGE`` levels to a pipeline stage, then held against the run's best (unless
+    ``length <= ways``: a run is then one word, whose first maximum is the run's). Throughput one word per cycle; the index is valid ``latency`` cycles after the last word
     is taken.
     """
 
@@ -60,7 +60,10 @@ class ArgMax(wiring.Component):
         self.value_bits, self.length, self.ways = value_bits, length, ways
         self.levels = (ways - 1).bit_length()
         self.stages = max(1, -(-self.levels // self.LEVELS_PER_STAGE))
-        self.latency = self.stages + 1
+        # Where a run is one word (the engine's head, its lanes as many as the vocab), the
+        # tournament's last stage is the output register: no run's best to hold it against.
+        self.single = length <= ways
+        self.latency = self.stages + (not self.single)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "values": data.ArrayLayout(signed(value_bits), ways),
@@ -102,6 +105,8 @@ class ArgMax(wiring.Component):
                     contenders = [contest(*contenders[at:at + 2]) if at + 1 < len(contenders) else bye(contenders[at])
                                   for at in range(0, len(contenders), 2)]
                     levels += 1
+            if self.single and stage == self.stages - 1:
+                break
             registered = []
             for n, (live, value, offset) in enumerate(contenders):
                 names = [f"stage{stage}_{what}{n}" for what in ("live", "value", "offset")]
@@ -115,10 +120,6 @@ class ArgMax(wiring.Component):
             valid, last = stage_valid, stage_last
         (_, word_best, word_offset), = contenders
 
-        # Against the run's best so far.
-        base = Signal(range(self.length + ways))  # the index of the word's first value
-        run_best = Signal(signed(self.value_bits))
-        run_index = Signal(range(self.length))
         # One run at a time: its last word goes through before the next run starts.
         in_flight = Signal()  # a run's last word is taken and not yet out
         with m.If(taken & word.last):
@@ -128,6 +129,15 @@ class ArgMax(wiring.Component):
         m.d.comb += self.i.ready.eq(~self.o.valid & ~in_flight)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += self.o.valid.eq(0)
+        if self.single:
+            with m.If(valid & last):
+                m.d.sync += [self.o.payload.eq(word_offset), self.o.valid.eq(1)]
+            return m
+
+        # Against the run's best so far.
+        base = Signal(range(self.length + ways))  # the index of the word's first value
+        run_best = Signal(signed(self.value_bits))
+        run_index = Signal(range(self.length))
         with m.If(valid):
             better = (base == 0) | (word_best > run_best)
             winner = Signal(range(self.length))

@@ -4,6 +4,7 @@ import pytest
 
 from hdl.argmax import ArgMax
 from hdl.kv_cache import KVCache
+from sim.latency import one_item
 from sim.runner import run_bench
 
 
@@ -42,3 +43,15 @@ def test_uart_divisor_is_checked():
     assert divisor_for(45_000_000, 3_000_000) == (15, 0.0)
     with pytest.raises(ValueError, match="too slow"):
         divisor_for(9_000_000, 3_000_000)
+
+
+@pytest.mark.parametrize("length, ways, cycles", [(32, 32, 5), (33, 32, 6), (1, 1, 1), (7, 2, 2), (3, 5, 3)])
+def test_argmax_latency(length, ways, cycles):
+    """Cycles from a run's last word taken to its index offered: where a run is one word
+    (``length <= ways``, the engine's head), the tournament's last stage is the output."""
+    unit = ArgMax(20, length, ways=ways)
+    values = [(7 * k) % 11 - 5 for k in range(ways)]
+    count = min(length, ways)
+    seen = one_item(unit, {"values": values, "count": count, "last": 1}, read=lambda ctx: ctx.get(unit.o.payload))
+    assert unit.latency == cycles
+    assert seen == [(cycles, max(range(count), key=lambda k: (values[k], -k)))]
