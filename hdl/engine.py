@@ -373,6 +373,10 @@ class Engine(wiring.Component):
         vectors = ((Stage.Q, q, have_q), (Stage.K, k, have_k), (Stage.V, v, have_v))
         pos = Signal(range(seq_len + 1))
         table_addressed = Signal()  # the q, k, v table's read port holds this step's address
+        # While the head runs, the table is addressed with the step that would follow it: the
+        # arg-max's token at pos + 1. A generated step then finds its row read as it starts.
+        heading = Signal()
+        following = Signal.like(pos)  # pos + 1, while heading
         if self.qkv_table:
             pos_bits = (seq_len - 1).bit_length()
             rows = []
@@ -391,7 +395,8 @@ class Engine(wiring.Component):
             # The address holds for the whole step, and so does the row: q, k and v are the
             # read port's data, complete from the step's second cycle.
             m.d.comb += [
-                qkv_read.addr.eq(Cat(pos[:pos_bits], step_token)),
+                qkv_read.addr.eq(Mux(heading, Cat(following[:pos_bits], argmax.o.payload),
+                                     Cat(pos[:pos_bits], step_token))),
                 q.eq(qkv_read.data.q), k.eq(qkv_read.data.k), v.eq(qkv_read.data.v),
                 have_q.eq(table_addressed), have_k.eq(table_addressed), have_v.eq(table_addressed),
             ]
@@ -461,12 +466,13 @@ class Engine(wiring.Component):
 
         prefilling = Signal()  # the step makes only the cache row
 
-        def start_step(tok, prefill=False):
+        def start_step(tok, prefill=False, addressed=False):
+            # `addressed`: the table's read port was given this step's address in this cycle.
             m.d.sync += [
                 token_base.eq(tok * row_words), embed_word.eq(0), embed_word_column.eq(0),
                 step_token.eq(tok), xi_feeding.eq(self.xi_table), xi_word.eq(0), xi_fetched.eq(0),
                 embed_fetched.eq(0), embed_held.eq(0), cycles.eq(1), keys_ready.eq(0), values_ready.eq(0),
-                prefilling.eq(prefill), table_addressed.eq(0),
+                prefilling.eq(prefill), table_addressed.eq(addressed),
             ]
             if self.qkv_table:
                 # A prefill step reads its cache row from the table: it needs no x.
@@ -553,15 +559,15 @@ class Engine(wiring.Component):
             with m.State("WAIT_VALUES"):
                 with m.If(have_v):
                     m.d.comb += [cache.write.valid.eq(1), attention.values_ready.eq(1)]
-                    m.d.sync += values_ready.eq(1)
+                    m.d.sync += [values_ready.eq(1), heading.eq(1), following.eq(pos + 1)]
                     m.next = "HEAD"
-            def emit_then_step(token):
+            def emit_then_step(token, addressed=False):
                 # The token goes to the output register; the next step starts at once.
                 m.d.sync += token_pending.eq(1)
                 with m.If(remaining == 0):
                     m.next = "DRAIN"
                 with m.Else():
-                    start_step(token)
+                    start_step(token, addressed=addressed)
                     m.d.sync += remaining.eq(remaining - 1)
                     m.next = "STEP"
 
@@ -569,10 +575,10 @@ class Engine(wiring.Component):
                 # A generated token waits for the previous one to have left.
                 m.d.comb += argmax.o.ready.eq(~generating | slot_free)
                 with m.If(argmax.o.valid & argmax.o.ready):
-                    m.d.sync += [next_token.eq(argmax.o.payload), have_next.eq(1)]
+                    m.d.sync += [next_token.eq(argmax.o.payload), have_next.eq(1), heading.eq(0)]
                     end_step()
                     with m.If(generating):
-                        emit_then_step(argmax.o.payload)
+                        emit_then_step(argmax.o.payload, addressed=self.qkv_table)
                     with m.Else():
                         m.d.sync += busy.eq(0)
                         m.next = "IDLE"
