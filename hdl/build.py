@@ -99,7 +99,7 @@ def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None):
                      f"the LFE5U-{device} has {part['DP16KD']} ({part['DP16KD'] * BRAM_BITS} bits)")
     if need["MULT18X18D"] > part["MULT18X18D"]:
         short.append(f"multipliers: about {need['MULT18X18D']} MULT18X18D "
-                     f"({lanes} MAC lanes x {ways} ways"
+                     f"({lanes} MAC lanes x {ways} way{'s' if ways > 1 else ''}"
                      + (f", {lut_ways} of them in LUTs" if lut_ways else "")
                      + f" + {model.d_model} attention + requants), "
                      f"the LFE5U-{device} has {part['MULT18X18D']}")

@@ -1,4 +1,4 @@
-"""What each unit costs on the ECP5-85F: ``python -m hdl.cost [--model models/zen32.json]``.
+"""What each unit costs on the ECP5-85F: ``python -m hdl.cost [--model models/zen32.json] [--device 45F]``.
 
 Each unit is elaborated as for an ECP5 (its multipliers with their own input registers, its
 global buffers), synthesised alone with Yosys' ``synth_ecp5`` (LUT4, FF, MULT18X18D, DP16KD) and
@@ -19,8 +19,9 @@ from amaranth.back import rtlil
 from int8model.bounds import analyse
 from int8model.format import load
 
-from .engine import DEFAULT_WAYS, lanes_for
-from .build import ROUTER, SYNTH_CHECK
+from boards.ulx3s import PARTS
+
+from .build import ROUTER, SYNTH_CHECK, FitError, choose_ways
 from .fanout import KEEP_REPLICAS
 
 __all__ = ["ECP5", "synthesise", "units"]
@@ -111,21 +112,30 @@ def units(model, lanes, ways, lut_ways=0):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hdl.cost", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
-    parser.add_argument("--ways", type=int, default=DEFAULT_WAYS, help="elements a cycle (default: %(default)s)")
-    parser.add_argument("--lut-ways", type=int, default=0,
-                        help="of each MAC lane's multipliers, how many are LUTs (default: %(default)s)")
-    parser.add_argument("--lanes", type=int, help="default: d_model rounded up to a multiple of --ways")
+    parser.add_argument("--device", choices=sorted(PARTS), default="85F",
+                        help="the ULX3S part whose build's shape to cost (default: %(default)s)")
+    parser.add_argument("--ways", type=int, help="elements a cycle (default: the build's)")
+    parser.add_argument("--lut-ways", type=int,
+                        help="of each MAC lane's multipliers, how many are LUTs (default: the build's)")
+    parser.add_argument("--lanes", type=int, help="MAC lanes (default: the build's)")
     parser.add_argument("--unit", action="append", default=[],
                         help="only the units whose name contains this (repeatable)")
     parser.add_argument("--paths", action="store_true", help="print each unit's critical path")
     args = parser.parse_args(argv)
     model = load(args.model)
-    lanes = args.lanes or lanes_for(model, args.ways)
+    if args.ways and args.lanes and args.lut_ways is not None:
+        ways, lut_ways, lanes = args.ways, args.lut_ways, args.lanes  # whether or not a part takes it
+    else:
+        try:
+            ways, lut_ways, lanes, _ = choose_ways(model, args.device, args.ways, args.lanes, args.lut_ways)
+        except FitError as error:
+            parser.exit(2, f"{error}\nGive --ways, --lut-ways and --lanes to cost a shape that no part takes.\n")
     print(model.identity_line)
+    print(f"{lanes} lanes x {ways} ways, {lut_ways} in LUTs")
     header = f"{'unit':28s} {'LUT4':>7s} {'FF':>7s} {'CCU2C':>6s} {'DPR16X4':>7s} {'MULT18':>6s} {'DP16KD':>6s} {'fmax MHz':>9s}"
     print(header)
     with tempfile.TemporaryDirectory() as workdir:
-        for index, (label, make) in enumerate(units(model, lanes, args.ways, args.lut_ways).items()):
+        for index, (label, make) in enumerate(units(model, lanes, ways, lut_ways).items()):
             if args.unit and not any(name in label for name in args.unit):
                 continue
             unit = make()

@@ -1,7 +1,7 @@
 """Cycles per token of the engine, counted in simulation over a whole context.
 
-``python -m sim.cycles --model models/zen32.json [--lanes 32]`` runs the engine under Icarus
-Verilog (checking every token against the golden model as it goes) and prints the cycles of
+``python -m sim.cycles --model models/zen32.json [--device 85F] [--ways 4 --lanes 32]`` runs the
+engine, in the shape the part's build chooses (or the one asked), under Icarus Verilog (checking every token against the golden model as it goes) and prints the cycles of
 the step at each position, their mean, and the MAC-bound floor for the multipliers used;
 then the cycles of a prefill step (a prompt token whose next token is not asked for).
 """
@@ -11,12 +11,14 @@ import json
 import sys
 from pathlib import Path
 
-from hdl.engine import DEFAULT_ATTENTION_ROWS, DEFAULT_WAYS, Engine, lanes_for, qkv_table_fits
+from boards.ulx3s import PARTS
+from hdl.build import FitError, choose_ways
+from hdl.engine import DEFAULT_ATTENTION_ROWS, Engine, qkv_table_fits
 from int8model.format import load
 
 from .runner import BUILD_ROOT, run_bench
 
-__all__ = ["measure", "measure_prefill", "macs_per_token", "multipliers", "floor_cycles"]
+__all__ = ["shape", "measure", "measure_prefill", "macs_per_token", "multipliers", "floor_cycles"]
 
 
 def macs_per_token(model, pos, qkv_table=False):
@@ -79,29 +81,43 @@ def summary(model, lanes, ways, cycles, qkv_table=False):
     }
 
 
+def shape(model, device="85F", ways=None, lanes=None, qkv_table=None):
+    """The lanes, ways and whether q, k, v come from a table, to count: those asked, the rest
+    as the part's build would choose them (:func:`hdl.build.choose_ways`, which raises
+    :class:`~hdl.build.FitError` where none fits). A shape asked in full is counted whether or
+    not a part would take it."""
+    if ways and lanes:
+        return lanes, ways, qkv_table_fits(model) if qkv_table is None else qkv_table
+    ways, _, lanes, table = choose_ways(model, device, ways, lanes, qkv_table=qkv_table)
+    return lanes, ways, table
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m sim.cycles", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
-    parser.add_argument("--ways", type=int, default=DEFAULT_WAYS,
-                        help="elements a cycle between the units (default: %(default)s)")
-    parser.add_argument("--lanes", type=int, help="MAC lanes (default: d_model rounded up to a multiple of --ways)")
+    parser.add_argument("--device", choices=sorted(PARTS), default="85F",
+                        help="the ULX3S part whose build's shape to count (default: %(default)s)")
+    parser.add_argument("--ways", type=int, help="elements a cycle between the units (default: the build's)")
+    parser.add_argument("--lanes", type=int, help="MAC lanes (default: the build's)")
     parser.add_argument("--qkv-table", action=argparse.BooleanOptionalAction, default=None,
-                        help="q, k and v from a table of every token and position (default: where it is small)")
+                        help="q, k and v from a table of every token and position (default: the build's)")
     args = parser.parse_args(argv)
     model = load(args.model)
-    lanes = args.lanes or lanes_for(model, args.ways)
-    table = qkv_table_fits(model) if args.qkv_table is None else args.qkv_table
+    try:
+        lanes, ways, table = shape(model, args.device, args.ways, args.lanes, args.qkv_table)
+    except FitError as error:
+        parser.exit(2, f"{error}\nGive --ways and --lanes to count a shape that no part takes.\n")
     print(model.identity_line)
-    cycles = measure(model, lanes, args.ways, qkv_table=table)
-    s = summary(model, lanes, args.ways, cycles, table)
-    print(f"{lanes} lanes x {args.ways} ways, multipliers in MACs {s['multipliers']}, "
+    cycles = measure(model, lanes, ways, qkv_table=table)
+    s = summary(model, lanes, ways, cycles, table)
+    print(f"{lanes} lanes x {ways} ways, multipliers in MACs {s['multipliers']}, "
           f"q, k, v {'from a table' if table else 'computed'}")
     for pos, count in s["positions"].items():
         print(f"position {pos:4d}: {count} cycles")
     print(f"mean over {model.seq_len} positions: {s['mean_cycles']:.1f} cycles per token")
     print(f"MAC-bound floor: {s['mean_macs']:.0f} MACs / {s['multipliers']} multipliers = "
           f"{s['floor']:.1f} cycles; engine at {s['ratio']:.2f}x the floor")
-    prefill = measure_prefill(model, lanes, args.ways, qkv_table=table)
+    prefill = measure_prefill(model, lanes, ways, qkv_table=table)
     print(f"prefill (a prompt's tokens but its last): {min(prefill)}..{max(prefill)} cycles, "
           f"mean {sum(prefill) / len(prefill):.1f} per token")
     return 0

@@ -55,6 +55,21 @@ def test_the_most_multipliers_the_part_fits_are_chosen_then_the_most_ways():
         choose_ways(model, "25F")
 
 
+def test_cycles_are_counted_in_the_shape_the_part_is_built_with(capsys):
+    """sim.cycles takes the build's shape for the part, the shape asked where it is whole, and
+    refuses a part the model does not fit, with the build's reason."""
+    from sim.cycles import main as cycles_main, shape
+    model = load(SHIPPED)
+    assert shape(model) == (32, 4, True)
+    assert shape(model, "45F") == (16, 2, True)
+    assert shape(model, "45F", ways=3) == (9, 3, True)  # 18 x 3 takes too many multipliers
+    assert shape(model, "12F", ways=8, lanes=64, qkv_table=False) == (64, 8, False)
+    with pytest.raises(SystemExit) as refused:
+        cycles_main(["--device", "25F"])
+    assert refused.value.code == 2
+    assert "does not fit the ULX3S-25F" in capsys.readouterr().err
+
+
 def test_the_qkv_table_where_the_part_has_the_block_ram():
     """A model whose q, k, v table is small enough (120 KB) gets it on the 85F, not on the 45F:
     there the table's 86 block RAMs and the rest's 62 exceed its 108."""
