@@ -344,11 +344,19 @@ class Attention(wiring.Component):
             with m.If(shifting[e // self.SELECT_COLUMNS]):
                 m.d.sync += num[e].eq(num[e + ways])
         column = Signal(range(d + ways))
-        head_of = Array(Const(min(c, d - 1) // hd, range(heads)) for c in range(d + 2 * ways))
+
+        def head_of(word, k):  # the head of element k of a word of the context (the last's past d)
+            return min(word * ways + k, d - 1) // hd
         # The den of each column's head, in registers a word ahead of its use (the head's
-        # select, its route to the dividers and their first stage were the 85F's critical path).
+        # select, its route to the dividers and their first stage were the 85F's critical path),
+        # selected by registers a word ahead of that, from a table by word number (the heads
+        # worked out from the column, an add and a table, then the select, were one again).
         dens = Array(den[g] for g in range(heads))
         dens_of_word = [Signal(signed(b["den"].bits), name=f"word_den{k}") for k in range(ways)]
+        heads_of_word = [Signal(range(heads), name=f"word_head{k}") for k in range(ways)]
+        context_word = Signal(range(words + 1))  # the word of the context going into the dividers
+        heads_ahead = [Array(Const(head_of(word + 2, k), range(heads)) for word in range(words + 1))
+                       for k in range(ways)]  # by context_word: the heads of the word after next
         word = data.StructLayout({"count": range(ways + 1), "last": 1})
         m.submodules.context = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
         wiring.connect(m, queue.o, wiring.flipped(self.o))
@@ -424,13 +432,15 @@ class Attention(wiring.Component):
                 # The numerators are complete a cycle after the last row leaves the pipeline's
                 # last stage but one (the dens stages earlier): the dividers take them from then.
                 with m.If((w_valid[:weight_latency - 1] == 0) & (pending == 0)):
-                    m.d.sync += [column.eq(0), pending.eq(words)]
+                    m.d.sync += [column.eq(0), pending.eq(words), context_word.eq(0)]
                     set_context(1)
-                    m.d.sync += [word_den.eq(dens[head_of[k]]) for k, word_den in enumerate(dens_of_word)]
+                    m.d.sync += [word_den.eq(den[head_of(0, k)]) for k, word_den in enumerate(dens_of_word)]
+                    m.d.sync += [word_head.eq(head_of(1, k)) for k, word_head in enumerate(heads_of_word)]
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
-                m.d.sync += column.eq(column + ways)
-                m.d.sync += [word_den.eq(dens[head_of[column + ways + k]]) for k, word_den in enumerate(dens_of_word)]
+                m.d.sync += [column.eq(column + ways), context_word.eq(context_word + 1)]
+                m.d.sync += [word_den.eq(dens[word_head]) for word_den, word_head in zip(dens_of_word, heads_of_word)]
+                m.d.sync += [word_head.eq(ahead[context_word]) for word_head, ahead in zip(heads_of_word, heads_ahead)]
                 with m.If(column + ways >= d):
                     m.d.sync += [idle.eq(1), group.eq(0)]
                     set_context(0)
