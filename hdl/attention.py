@@ -340,23 +340,15 @@ class Attention(wiring.Component):
         ways = self.ways
         words = -(-d // ways)
         shifting = replicas(1, -(-d // self.SELECT_COLUMNS), "context_shift")
+        # Each column's den, its head's, copied into a register of its own as the context
+        # starts, shifts down with the numerators: the dividers take it from a register, with
+        # no select between (selecting each word's heads' dens, from the column or from a
+        # table by word, was the 85F's critical path, and its route to the dividers).
+        column_dens = [Signal(signed(b["den"].bits), name=f"column_den{e}") for e in range(d)]
         for e in range(d - ways):
             with m.If(shifting[e // self.SELECT_COLUMNS]):
-                m.d.sync += num[e].eq(num[e + ways])
+                m.d.sync += [num[e].eq(num[e + ways]), column_dens[e].eq(column_dens[e + ways])]
         column = Signal(range(d + ways))
-
-        def head_of(word, k):  # the head of element k of a word of the context (the last's past d)
-            return min(word * ways + k, d - 1) // hd
-        # The den of each column's head, in registers a word ahead of its use (the head's
-        # select, its route to the dividers and their first stage were the 85F's critical path),
-        # selected by registers a word ahead of that, from a table by word number (the heads
-        # worked out from the column, an add and a table, then the select, were one again).
-        dens = Array(den[g] for g in range(heads))
-        dens_of_word = [Signal(signed(b["den"].bits), name=f"word_den{k}") for k in range(ways)]
-        heads_of_word = [Signal(range(heads), name=f"word_head{k}") for k in range(ways)]
-        context_word = Signal(range(words + 1))  # the word of the context going into the dividers
-        heads_ahead = [Array(Const(head_of(word + 2, k), range(heads)) for word in range(words + 1))
-                       for k in range(ways)]  # by context_word: the heads of the word after next
         word = data.StructLayout({"count": range(ways + 1), "last": 1})
         m.submodules.context = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
         wiring.connect(m, queue.o, wiring.flipped(self.o))
@@ -374,7 +366,7 @@ class Attention(wiring.Component):
             m.d.comb += [
                 divider.i.valid.eq(dividing),
                 divider.i.payload.num.eq(num[k] if k < d else 0),
-                divider.i.payload.den.eq(dens_of_word[k]),
+                divider.i.payload.den.eq(column_dens[min(k, d - 1)]),
                 queue.i.payload.values[k].eq(out.payload.value),
                 out.ready.eq(1),
             ]
@@ -432,15 +424,12 @@ class Attention(wiring.Component):
                 # The numerators are complete a cycle after the last row leaves the pipeline's
                 # last stage but one (the dens stages earlier): the dividers take them from then.
                 with m.If((w_valid[:weight_latency - 1] == 0) & (pending == 0)):
-                    m.d.sync += [column.eq(0), pending.eq(words), context_word.eq(0)]
+                    m.d.sync += [column.eq(0), pending.eq(words)]
+                    m.d.sync += [column_den.eq(den[e // hd]) for e, column_den in enumerate(column_dens)]
                     set_context(1)
-                    m.d.sync += [word_den.eq(den[head_of(0, k)]) for k, word_den in enumerate(dens_of_word)]
-                    m.d.sync += [word_head.eq(head_of(1, k)) for k, word_head in enumerate(heads_of_word)]
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
-                m.d.sync += [column.eq(column + ways), context_word.eq(context_word + 1)]
-                m.d.sync += [word_den.eq(dens[word_head]) for word_den, word_head in zip(dens_of_word, heads_of_word)]
-                m.d.sync += [word_head.eq(ahead[context_word]) for word_head, ahead in zip(heads_of_word, heads_ahead)]
+                m.d.sync += column.eq(column + ways)
                 with m.If(column + ways >= d):
                     m.d.sync += [idle.eq(1), group.eq(0)]
                     set_context(0)
