@@ -340,14 +340,19 @@ class Attention(wiring.Component):
         ways = self.ways
         words = -(-d // ways)
         shifting = replicas(1, -(-d // self.SELECT_COLUMNS), "context_shift")
-        # Each column's den, its head's, copied into a register of its own as the context
+        # Each column's den, its head's, copied into a register of its own until the context
         # starts, shifts down with the numerators: the dividers take it from a register, with
         # no select between (selecting each word's heads' dens, from the column or from a
         # table by word, was the 85F's critical path, and its route to the dividers).
         column_dens = [Signal(signed(b["den"].bits), name=f"column_den{e}") for e in range(d)]
-        for e in range(d - ways):
+        for e in range(d):
             with m.If(shifting[e // self.SELECT_COLUMNS]):
-                m.d.sync += [num[e].eq(num[e + ways]), column_dens[e].eq(column_dens[e + ways])]
+                if e < d - ways:
+                    m.d.sync += [num[e].eq(num[e + ways]), column_dens[e].eq(column_dens[e + ways])]
+            with m.Else():
+                # Copied on every cycle until the context starts, so also from the final den:
+                # the enable is the shift's register, not the state's decode.
+                m.d.sync += column_dens[e].eq(den[e // hd])
         column = Signal(range(d + ways))
         word = data.StructLayout({"count": range(ways + 1), "last": 1})
         m.submodules.context = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
@@ -425,7 +430,6 @@ class Attention(wiring.Component):
                 # last stage but one (the dens stages earlier): the dividers take them from then.
                 with m.If((w_valid[:weight_latency - 1] == 0) & (pending == 0)):
                     m.d.sync += [column.eq(0), pending.eq(words)]
-                    m.d.sync += [column_den.eq(den[e // hd]) for e, column_den in enumerate(column_dens)]
                     set_context(1)
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
