@@ -94,7 +94,10 @@ class FloorDivider(wiring.Component):
             low = group[-1]
             rem, digit = trials[0], 0
             for c, trial in enumerate(trials[1:], 1):
-                rem, digit = Mux(trial >= 0, trial, rem), Mux(trial >= 0, c, digit)
+                # Its sign bit, not a comparison with 0 (which Yosys builds as a carry chain
+                # after the subtraction's: the 85F's critical path).
+                fits = ~trial[-1]
+                rem, digit = Mux(fits, trial, rem), Mux(fits, c, digit)
             after = Signal(stage, name=f"bit{group[0]}")
             with m.If(advance):
                 m.d.sync += [after.valid.eq(source.valid), after.rem.eq(rem),
