@@ -152,11 +152,11 @@ class Epilogue(wiring.Component):
         ]
         # The first requant's output: the early stages out, the others on to the last requant.
         select = first.o.payload.select
-        collect = Cat(select == stage for stage in self.early).any()
-        m.d.comb += first.o.ready.eq(Mux(collect, self.o.ready, last.i.ready))
+        leaves = Cat(select == stage for stage in self.early).any()
+        m.d.comb += first.o.ready.eq(Mux(leaves, self.o.ready, last.i.ready))
         with m.If(first.o.valid):
             m.d.comb += [*carry(last.i.payload, first.o.payload, first.o.payload.tag.column),
-                         last.i.payload.multiplier.eq(first.o.payload.tag.multiplier), last.i.valid.eq(~collect)]
+                         last.i.payload.multiplier.eq(first.o.payload.tag.multiplier), last.i.valid.eq(~leaves)]
         with m.Else():
             m.d.comb += [*carry(last.i.payload, self.i.payload), last.i.valid.eq(self.i.valid & embed_in),
                          last.i.payload.multiplier.eq(last.multiplier_of(Stage.EMBED))]
@@ -168,9 +168,9 @@ class Epilogue(wiring.Component):
             residual.store_value.eq(last.i.payload.value),
             residual.store_valid.eq(last.i.valid & last.i.ready),
         ]
-        with m.If(first.o.valid & collect):
+        with m.If(first.o.valid & leaves):
             m.d.comb += [*carry(self.o.payload, first.o.payload, first.o.payload.tag.column), self.o.valid.eq(1)]
         with m.Else():
             m.d.comb += [*carry(self.o.payload, last.o.payload), self.o.valid.eq(last.o.valid)]
-        m.d.comb += last.o.ready.eq(self.o.ready & ~(first.o.valid & collect))
+        m.d.comb += last.o.ready.eq(self.o.ready & ~(first.o.valid & leaves))
         return m
