@@ -9,7 +9,7 @@ from int8model.bounds import Bound
 from .requant import Requant, Rule, multiplier_bits
 from .residual import Residual
 
-__all__ = ["Stage", "Epilogue"]
+__all__ = ["Stage", "Epilogue", "hidden_rules"]
 
 
 class Stage(enum.IntEnum):
@@ -21,6 +21,15 @@ class Stage(enum.IntEnum):
     O = 4      # s1 = x + rq(acc, M_o) → store s1 → hi = to8(s1, r_ffn)
     H = 5      # fi = to8(max(0, rq(acc, M_h)), r_hid)
     F = 6      # s2 = s1 + rq(acc, M_f) → oi = to8(s2, r_out)
+
+
+def hidden_rules(model):
+    """The rules that make ``fi`` of the hidden stage's sums (docs/semantics.md, step 5): ReLU
+    after ``M_h``, then ``r_hid``, as one rule where ``r_hid`` only shifts (:meth:`.Rule.then`)."""
+    r = model.requant
+    first, last = Rule.rq(r["M_h"], relu=True), Rule.to8(r["r_hid"])
+    folded = first.then(last)
+    return [first, last] if folded is None else [folded]
 
 
 def _union(*bounds):
@@ -66,23 +75,21 @@ class Epilogue(wiring.Component):
         # A stage that skips a requant has a rule there all the same (the rules are indexed by
         # stage): one that makes 0, so that it widens neither the unit's output nor what follows.
         unused = Rule(0, 0, saturate=False)
+        # Where ``r_hid`` only shifts (a trained model's (1, 3)) the hidden stage's two rules
+        # are one: it then leaves after the first requant, three cycles sooner.
+        hidden_first, hidden_last = (hidden_rules(model) + [unused])[:2]
         first = {
             Stage.EMBED: unused, Stage.Q: Rule.to8(r["M_q"]), Stage.K: Rule.to8(r["M_k"]),
             Stage.V: Rule.to8(r["M_v"]), Stage.O: Rule.rq(r["M_o"]),
-            Stage.H: Rule.rq(r["M_h"], relu=True), Stage.F: Rule.rq(r["M_f"]),
+            Stage.H: hidden_first, Stage.F: Rule.rq(r["M_f"]),
         }
         last = {
             Stage.EMBED: Rule.to8(r["r_qkv"]), Stage.Q: unused, Stage.K: unused,
-            Stage.V: unused, Stage.O: Rule.to8(r["r_ffn"]), Stage.H: Rule.to8(r["r_hid"]),
+            Stage.V: unused, Stage.O: Rule.to8(r["r_ffn"]), Stage.H: hidden_last,
             Stage.F: Rule.to8(r["r_out"]),
         }
-        # A last rule that only shifts (``r_hid`` = (1, 3) in a trained model) folds into the
-        # first (Rule.then): the stage then leaves after the first requant, three cycles sooner.
-        hidden = first[Stage.H].then(last[Stage.H])
-        if hidden is not None:
-            first[Stage.H], last[Stage.H] = hidden, unused
         # The stages that leave after the first requant.
-        self.early = (Stage.Q, Stage.K, Stage.V) + ((Stage.H,) if hidden is not None else ())
+        self.early = (Stage.Q, Stage.K, Stage.V) + ((Stage.H,) if hidden_last is unused else ())
         residual_rules = {
             Stage.EMBED: (None, "x"), Stage.O: ("x", "s1"), Stage.F: ("s1", None),
         }

@@ -5,13 +5,22 @@ from amaranth.lib.wiring import In, Out
 
 from int8model.bounds import Bound, matvec_bound
 
-from .fifo import SkidBuffer
+from .fifo import SkidBuffer, StreamFIFO
 from .fanout import global_net, replicas
 from .product import dsp_product, lut_product, tree_sum
+from .requant import ConstantRequant
 
 __all__ = ["MatVec"]
 
 INT8 = Bound(-128, 127)
+
+
+def _rounds(terms, fan_in):
+    """Rounds of adding ``fan_in`` terms at a time into registers, until one is left (at least one)."""
+    rounds = 0
+    while terms > 1:
+        terms, rounds = -(-terms // fan_in), rounds + 1
+    return max(1, rounds)
 
 
 class MatVec(wiring.Component):
@@ -48,6 +57,20 @@ class MatVec(wiring.Component):
     whole : matrix index or ``None``
         A matrix whose sums leave a whole group at once on ``w``, rather than ``ways`` at a
         time on ``o``: for a consumer that takes a group at once (the arg-max head).
+    hidden : ``(first, second, rules, bound)`` or ``None``
+        Two matrices in a chain, ``second · rules(first · x)`` (the FFN's W1 and W2): the
+        first's sums, a whole group at once, go through the :class:`~.requant.Rule` chain
+        ``rules`` (for sums in ``bound``) in LUT logic (:class:`~.requant.ConstantRequant`),
+        into one operand register per lane; the second then takes that vector as it stands,
+        lane ``l`` multiplying its element ``l`` by the weights of row ``l`` in each of its
+        ``ways`` multipliers, a word of output columns a cycle, each column's sum across the
+        lanes added up in a tree. The hidden vector never leaves the lanes, and the second
+        product's first word leaves while it would otherwise still be streaming in. Its
+        vector comes on ``i`` as the first's (the first's sums do not leave); the second
+        follows the first in ``order``, and comes on ``i`` never. Its sums leave on ``o``
+        through a queue with room for all of them, behind the output buffer's; the first's
+        next vector waits until they have left. The first's columns and the second's rows
+        fit the lanes.
 
     Ports
     -----
@@ -59,17 +82,23 @@ class MatVec(wiring.Component):
     w : ``Out(stream.Signature(StructLayout({"values", "count", "last"})))``, with ``whole``
         That matrix's sums a group at a time: ``values[l]`` is lane l's column of the group,
         the first ``count`` of them the matrix's; ``last`` marks the vector's last group.
+    hidden_valid : ``Out(1)``, hidden_vector : ``Out(ArrayLayout(signed(8), lanes))``, with ``hidden``
+        The hidden vector, lane l's element l, in the one cycle ``hidden_valid`` says it is
+        made: for observers, nothing waits on them.
 
     Latency: the first output word (or group, on ``w``) leaves 6 cycles after the last input
-    word of the first group (one more for a vector out of ``order``).
+    word of the first group (one more for a vector out of ``order``); with ``hidden``, the
+    second's first word ``hidden_latency`` cycles after the first's last input word.
     Throughput: one input word per cycle per group, one output word per cycle; with
     ``lanes <= rows`` the output never stalls the lanes.
     """
 
     REPLICA_LANES = 6  # lanes per copy of an input element
     BANK_LANES = 8     # lanes per bank of the weight memory, each with its own address register
+    COLUMN_FAN_IN = 4  # terms added into one register of a column's sum across the lanes (`hidden`)
 
-    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None, order=None, whole=None):
+    def __init__(self, matrices, lanes, *, ways=1, lut_ways=0, input_bounds=None, order=None, whole=None,
+                 hidden=None):
         self.matrices = [np.asarray(w, dtype=np.int64) for w in matrices]
         if not self.matrices:
             raise ValueError("MatVec needs at least one matrix")
@@ -90,8 +119,31 @@ class MatVec(wiring.Component):
         self.whole = whole
         self.rows = [w.shape[0] for w in self.matrices]
         self.cols = [w.shape[1] for w in self.matrices]
+        self.hidden = hidden
+        if hidden is not None:
+            first, second, rules, _ = hidden
+            n = len(self.matrices)
+            if not (0 <= first < n and 0 <= second < n and first != second and whole not in (first, second)):
+                raise ValueError(f"hidden {first}, {second}: two indices of the {n} matrices, neither the whole one")
+            if self.cols[first] > lanes or self.rows[second] > lanes or self.cols[first] != self.rows[second]:
+                raise ValueError(f"hidden: the first's {self.cols[first]} columns are the second's "
+                                 f"{self.rows[second]} rows, and fit the {lanes} lanes")
+            if first not in self.order or self.order[(self.order.index(first) + 1) % len(self.order)] != second:
+                raise ValueError(f"hidden: matrix {second} follows matrix {first} in order {self.order}")
+            if not rules:
+                raise ValueError("hidden: at least one rule")
+        # Input words (or, for the second of `hidden`, output words) a group, and groups.
         self.steps = [-(-r // ways) for r in self.rows]
         self.groups = [-(-c // lanes) for c in self.cols]
+        if hidden is not None:
+            self.steps[hidden[1]], self.groups[hidden[1]] = -(-self.cols[hidden[1]] // ways), 1
+            # The first's last word reaches the hidden sums 5 cycles after its issue, the rules
+            # take their stages, and the second's first word meets the vector at the operands
+            # 2 cycles after its issue: so many idle cycles between the two.
+            self.hidden_lead = 2 + ConstantRequant.latency(hidden[2])
+            # A column's terms: a DSP product a lane, or a LUT product's two halves.
+            self.column_stages = _rounds(lanes * (2 if lut_ways else 1), self.COLUMN_FAN_IN)
+            self.hidden_latency = self.hidden_lead + 5 + self.column_stages
         self.bases = np.cumsum([0] + [s * g for s, g in zip(self.steps, self.groups)]).tolist()
         self.depth = self.bases[-1]
         input_bounds = input_bounds or [INT8] * len(self.matrices)
@@ -118,15 +170,20 @@ class MatVec(wiring.Component):
                 "last": 1,
             }))),
             **whole_port,
+            # The hidden vector, for observers (it goes nowhere else): valid in the cycle it is made.
+            **({} if hidden is None else {"hidden_valid": Out(1),
+                                          "hidden_vector": Out(data.ArrayLayout(signed(8), lanes))}),
         })
 
     def weight_table(self):
         """The weight memory's contents: ``[word, k, lane]``, one word per (matrix, group, step),
-        lane l's weight for the step's element k (zero past the matrix)."""
+        lane l's weight for the step's element k (zero past the matrix); for the second of
+        ``hidden``, one word per output word, lane l's weight of row l for the word's column k."""
         table = np.zeros((self.depth, self.ways, self.lanes), dtype=np.int64)
         word = 0
-        for w, groups, steps in zip(self.matrices, self.groups, self.steps):
-            rows, cols = w.shape
+        for index, (w, groups, steps) in enumerate(zip(self.matrices, self.groups, self.steps)):
+            if self.hidden is not None and index == self.hidden[1]:
+                w = w.T  # rows become lanes, columns elements
             for g in range(groups):
                 for step in range(steps):
                     block = w[step * self.ways:(step + 1) * self.ways, g * self.lanes:(g + 1) * self.lanes]
@@ -187,7 +244,9 @@ class MatVec(wiring.Component):
         m.d.comb += [port.en.eq(moving) for port in weight_reads]
         m.d.comb += vector_read.en.eq(moving)
 
-        # -- Issue: one input word per cycle, from the input stream (group 0) or the buffer (replay).
+        # -- Issue: one input word per cycle, from the input stream (group 0) or the buffer
+        # (replay); or, for the second of `hidden`, one output word per cycle, issued by the
+        # lanes themselves (`inner`).
         replay = Signal()
         step = Signal(range(max(self.steps)))
         group = Signal(range(max(self.groups)))
@@ -198,13 +257,34 @@ class MatVec(wiring.Component):
         expected = Signal(range(n), init=self.order[0])
         addresses = replicas(range(self.depth + 1), len(banks), "weight_address", init=self.bases[self.order[0]])
 
+        inner = Signal()        # the second of `hidden` is being issued, after `waiting` idle cycles
+        hidden_ahead = Signal()  # the second's words are still in the lanes or the output queue (a register)
+        if self.hidden is not None:
+            first_matrix, second_matrix, rules, bound = self.hidden
+            # Each lane's sum of the first, through the rules in LUT logic, free-running: what
+            # the second's lane multiplies (the register holds until the next such sum).
+            hidden_sums = [Signal(signed(self.acc_bits), name=f"hidden{lane}") for lane in range(lanes)]
+            requants = [ConstantRequant(m, hidden_sums[lane], bound, rules, enable=1, name=f"hidden{lane}")
+                        for lane in range(lanes)]
+            hidden_vector = [requant.result for requant in requants]
+            lead = self.hidden_lead
+            waiting = Signal(range(lead + 1))
+            blocked = (expected == first_matrix) & hidden_ahead  # the first waits for the second's last words
+        else:
+            first_matrix = second_matrix = None
+            lead, waiting, blocked = 0, Const(0), Const(0)
+
         starting = ~replay & (step == 0) & (group == 0)
         as_expected = self.i.payload.matrix == expected
         current = Signal(range(n))
         m.d.comb += current.eq(Mux(starting, expected, matrix))
-        m.d.comb += self.i.ready.eq(advance & ~replay & (~starting | as_expected))
+        # `internal`: replay | inner, a register of its own, so that the input's valid meets one
+        # decision on its way to the issue (the path from the epilogue through the feed queue
+        # into the issue is among the design's slowest).
+        internal = Signal()
+        m.d.comb += self.i.ready.eq(advance & ~internal & (~starting | (as_expected & ~blocked)))
         issue = Signal()
-        m.d.comb += issue.eq(Mux(replay, advance, self.i.valid & self.i.ready))
+        m.d.comb += issue.eq(Mux(internal, advance & (~inner | (waiting == 0)), self.i.valid & self.i.ready))
 
         m.d.comb += [port.addr.eq(address) for port, address in zip(weight_reads, addresses)]
         m.d.comb += [
@@ -215,39 +295,53 @@ class MatVec(wiring.Component):
         ]
         final_step = step == last_step[current]
         final_group = group == last_group[current]
-        with m.If(starting & self.i.valid & ~as_expected):
+        with m.If(starting & self.i.valid & ~as_expected & ~inner):
             # A vector out of order: its matrix's first word is addressed, it is issued next cycle.
             m.d.sync += expected.eq(self.i.payload.matrix)
             m.d.sync += [address.eq(base[self.i.payload.matrix]) for address in addresses]
+        if self.hidden is not None:
+            with m.If(inner & advance & (waiting != 0)):
+                m.d.sync += waiting.eq(waiting - 1)
         with m.If(issue):
             m.d.sync += matrix.eq(current)
             with m.If(final_step & final_group):
                 m.d.sync += expected.eq(successor[current])
                 m.d.sync += [address.eq(base[successor[current]]) for address in addresses]
+                if self.hidden is not None:
+                    # The first's last word: the second's follow, once the vector is made.
+                    m.d.sync += [inner.eq(current == first_matrix), waiting.eq(lead)]
             with m.Else():
                 m.d.sync += [address.eq(address + 1) for address in addresses]
             with m.If(final_step):
                 m.d.sync += step.eq(0)
                 with m.If(final_group):
-                    m.d.sync += [group.eq(0), replay.eq(0), col_base.eq(0)]
+                    m.d.sync += [group.eq(0), replay.eq(0), col_base.eq(0),
+                                 internal.eq(current == first_matrix if self.hidden is not None else 0)]
                 with m.Else():
-                    m.d.sync += [group.eq(group + 1), replay.eq(1), col_base.eq(col_base + lanes)]
+                    m.d.sync += [group.eq(group + 1), replay.eq(1), col_base.eq(col_base + lanes), internal.eq(1)]
             with m.Else():
                 m.d.sync += step.eq(step + 1)
+                with m.If(inner):
+                    m.d.sync += col_base.eq(col_base + ways)  # the second's words are words of columns
 
-        # Stage flags that travel with each word down the pipeline.
+        # Stage flags that travel with each word down the pipeline (`stationary`: a word of
+        # the second of `hidden`).
         flags = data.StructLayout({
-            "valid": 1, "first": 1, "last": 1, "matrix": range(n),
+            "valid": 1, "first": 1, "last": 1, "matrix": range(n), "stationary": 1,
             "col_base": range(max(self.cols) + lanes), "count": range(lanes + 1),
         })
         issued = Signal(flags)
+        inner_tail = (self.cols[second_matrix] - (self.steps[second_matrix] - 1) * ways
+                      if self.hidden is not None else ways)
         m.d.comb += [
             issued.valid.eq(issue),
             issued.first.eq(step == 0),
             issued.last.eq(final_step),
             issued.matrix.eq(current),
+            issued.stationary.eq(inner),
             issued.col_base.eq(col_base),
-            issued.count.eq(Mux(final_group, tail_cols[current], lanes)),
+            issued.count.eq(Mux(inner, Mux(final_step, inner_tail, ways),
+                                Mux(final_group, tail_cols[current], lanes))),
         ]
 
         # -- Read: the weight word and the input word arrive.
@@ -267,11 +361,16 @@ class MatVec(wiring.Component):
         staged_copies = [replicas(signed(8), copies, f"staged_element{k}") for k in range(ways)]
         staged_weights = [Signal.like(port.data, name=f"staged_weights{index}")
                           for index, port in enumerate(weight_reads)]
+        # Whether the operands are the hidden vector's (the second of `hidden`): a copy per
+        # REPLICA_LANES lanes too.
+        stationary = replicas(unsigned(1), copies, "staged_stationary")
         with m.If(moving):
             m.d.sync += staged.eq(read)
             m.d.sync += [bank.eq(port.data) for bank, port in zip(staged_weights, weight_reads)]
             for k, copies in enumerate(staged_copies):
                 m.d.sync += [copy.eq(elements[k]) for copy in copies]
+            if self.hidden is not None:
+                m.d.sync += [copy.eq(read.stationary) for copy in stationary]
 
         # -- Operands, then multiply: one int8 × int8 product per lane and element, from a pair of
         # operand registers of its own, so that the long routes end in a register: a DSP block's
@@ -282,10 +381,13 @@ class MatVec(wiring.Component):
         with m.If(moving):
             m.d.sync += [operands.eq(staged), multiplied.eq(operands)]
         terms = [[] for _ in range(lanes)]  # per lane: what its products of the word add up from
+        way_terms = [[] for _ in range(ways)]  # per element: what its column adds up from (`hidden`)
         for k in range(ways):
             in_luts = k >= ways - self.lut_ways
             for lane in range(lanes):
                 element = staged_copies[k][lane // self.REPLICA_LANES]
+                if self.hidden is not None:
+                    element = Mux(stationary[lane // self.REPLICA_LANES], hidden_vector[lane], element)
                 index, place = divmod(lane, self.BANK_LANES)
                 byte = k * len(banks[index]) + place
                 weight = staged_weights[index][8 * byte:8 * byte + 8].as_signed()
@@ -301,6 +403,7 @@ class MatVec(wiring.Component):
                 with m.If(moving):
                     m.d.sync += registers
                 terms[lane] += product
+                way_terms[k] += product
 
         # -- Accumulate: each lane adds the word's products to its sum in one stage, the adds
         # as a balanced tree (few carry chains in series); a group's last word lands in the
@@ -314,7 +417,8 @@ class MatVec(wiring.Component):
         # The output leaves through a register slice: the consumer's readiness would otherwise
         # reach every lane's output register through the shift below.
         m.submodules.slice = output = SkidBuffer(self.o.payload.shape())
-        wiring.connect(m, output.o, wiring.flipped(self.o))
+        if self.hidden is None:
+            wiring.connect(m, output.o, wiring.flipped(self.o))
         taking = output.i.valid & output.i.ready
         # A group of the `whole` matrix leaves from registers of its own, loaded only with its
         # groups, and which do not shift: what `w` carries changes only with such a group (a
@@ -340,34 +444,48 @@ class MatVec(wiring.Component):
         # out to every lane's registers, so it is a register itself, computed a cycle ahead
         # from the next cycle's state (and not from the consumer's readiness: in the engine
         # that depends on the lanes', since outputs feed the next input).
+        # A group's last word of the first of `hidden` goes to the hidden sums, which are
+        # always free; a word of the second to the column sums, and never stalls.
         out_free = Signal(init=1)  # out_count == 0
-        finishing = multiplied.valid & multiplied.last
         next_valid = Mux(advance, operands.valid, multiplied.valid)
         next_last = Mux(advance, operands.last, multiplied.last)
-        next_finishing = next_valid & next_last
+        next_matrix = Mux(advance, operands.matrix, multiplied.matrix)
+        next_ends = next_valid & next_last & ~Mux(advance, operands.stationary, multiplied.stationary)
+        finishing = multiplied.valid & multiplied.last & ~multiplied.stationary
+        if self.hidden is not None:
+            finishing &= multiplied.matrix != first_matrix
+            next_finishing = next_ends & (next_matrix != first_matrix)
+        else:
+            next_finishing = next_ends
         next_out_free = Mux(advance & finishing, 0, Mux(taking, out_count <= ways, out_free | taking_whole))
-        next_advance = ~(next_finishing & ~next_out_free)
+        # Sums for `o` also wait for the second's words ahead of them, which leave first.
+        next_room = next_out_free & (~hidden_ahead | (next_matrix == self.whole if self.whole is not None else 0))
+        next_advance = ~(next_finishing & ~next_room)
         # The lanes' enables, registered for the same reason.
-        accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last
+        accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last (not the second's)
         load = Signal()        # advance & finishing: the group's sums go to the output buffer
         load_whole = Signal()  # ... and it is a group of the `whole` matrix
+        load_hidden = Signal()  # ... of the first of `hidden`: to the hidden sums
         # multiplied.first: a group's first word starts the sum afresh. It selects in every
         # lane's adder: a copy per REPLICA_LANES lanes, each near its lanes.
         first = replicas(unsigned(1), -(-lanes // self.REPLICA_LANES), "lanes_first")
         m.d.sync += [
             out_free.eq(next_out_free),
             advance.eq(next_advance),
-            accumulate.eq(next_advance & next_valid & ~next_last),
-            load.eq(next_finishing & next_out_free),
+            accumulate.eq(next_advance & next_valid & ~next_last & ~Mux(advance, operands.stationary,
+                                                                           multiplied.stationary)),
+            load.eq(next_finishing & next_room),
             *(copy.eq(Mux(advance, operands.first, multiplied.first)) for copy in first),
         ]
 
         accumulating = global_net(m, platform, accumulate, "lanes_accumulate")
         loading = global_net(m, platform, load, "lanes_load")
         if self.whole is not None:
-            next_matrix = Mux(advance, operands.matrix, multiplied.matrix)
-            m.d.sync += load_whole.eq(next_finishing & next_out_free & (next_matrix == self.whole))
+            m.d.sync += load_whole.eq(next_finishing & next_room & (next_matrix == self.whole))
             loading_whole = global_net(m, platform, load_whole, "lanes_load_whole")
+        if self.hidden is not None:
+            m.d.sync += load_hidden.eq(next_ends & (next_matrix == first_matrix))
+            loading_hidden = global_net(m, platform, load_hidden, "lanes_load_hidden")
         for lane, (acc, out, held, lane_terms) in enumerate(zip(accumulators, outputs, whole_sums, terms)):
             result = tree_sum(lane_terms + [Mux(first[lane // self.REPLICA_LANES], 0, acc)])
             with m.If(accumulating):
@@ -377,6 +495,17 @@ class MatVec(wiring.Component):
             if self.whole is not None:
                 with m.If(loading_whole):
                     m.d.sync += held.eq(result)
+            if self.hidden is not None:
+                with m.If(loading_hidden):
+                    m.d.sync += hidden_sums[lane].eq(result)
+        if self.hidden is not None:
+            made = loading_hidden
+            for stage in range(self.hidden_lead - 1):  # the sums' register, then the rules' stages
+                later = Signal(name=f"hidden_made{stage}")
+                m.d.sync += later.eq(made)
+                made = later
+            m.d.comb += [self.hidden_valid.eq(made),
+                         *(self.hidden_vector[lane].eq(value) for lane, value in enumerate(hidden_vector))]
 
         m.d.comb += [
             output.i.valid.eq(~out_free & ~held_whole),
@@ -407,4 +536,54 @@ class MatVec(wiring.Component):
         with m.If(shifting):
             for here, after in zip(outputs, outputs[ways:]):
                 m.d.sync += here.eq(after)
+
+        if self.hidden is not None:
+            self._column_sums(m, multiplied, moving, way_terms, output, inner, waiting, advance, hidden_ahead)
         return m
+
+    def _column_sums(self, m, multiplied, moving, way_terms, output, inner, waiting, advance, hidden_ahead):
+        """The second of `hidden`: each column's sum across the lanes, a tree of registers
+        ``COLUMN_FAN_IN`` terms each, from the products as they leave the pipeline's last
+        stage (then free-running: its words never wait on a stalled lane), into a queue with
+        room for a whole vector; on `o`, the output buffer's sums first (they are older)."""
+        ways, second = self.ways, self.hidden[1]
+        words = self.steps[second]
+        word = data.StructLayout({"valid": 1, "col_base": range(max(self.cols) + self.lanes),
+                                  "count": range(self.lanes + 1), "last": 1})
+        sums = [list(terms) for terms in way_terms]
+        tag = Signal(word, name="column_word0")
+        m.d.sync += [tag.valid.eq(multiplied.valid & multiplied.stationary & moving),
+                     tag.col_base.eq(multiplied.col_base), tag.count.eq(multiplied.count),
+                     tag.last.eq(multiplied.last)]
+        for stage in range(self.column_stages):
+            for k in range(ways):
+                groups = [sums[k][at:at + self.COLUMN_FAN_IN] for at in range(0, len(sums[k]), self.COLUMN_FAN_IN)]
+                registers = [Signal(signed(self.acc_bits), name=f"column{k}_sum{stage}_{at}")
+                             for at in range(len(groups))]
+                m.d.sync += [register.eq(tree_sum(group)) for register, group in zip(registers, groups)]
+                sums[k] = registers
+            if stage:
+                later = Signal(word, name=f"column_word{stage}")
+                m.d.sync += later.eq(tag)
+                tag = later
+        m.submodules.columns = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
+        m.d.comb += [
+            queue.i.valid.eq(tag.valid),
+            queue.i.payload.column.eq(tag.col_base),
+            queue.i.payload.count.eq(tag.count),
+            queue.i.payload.matrix.eq(second),
+            queue.i.payload.last.eq(tag.last),
+            *(queue.i.payload.acc[k].eq(sums[k][0]) for k in range(ways)),
+        ]
+        # The older sums first: the output buffer's, then the queue's.
+        with m.If(output.o.valid):
+            m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(output.o.payload), output.o.ready.eq(self.o.ready)]
+        with m.Else():
+            m.d.comb += [self.o.valid.eq(queue.o.valid), self.o.payload.eq(queue.o.payload),
+                         queue.o.ready.eq(self.o.ready)]
+        # The second's words issued and not yet taken: a first's vector waits for none to be
+        # left. Counted, and judged, from registers (the input's readiness depends on it).
+        outstanding = Signal(range(words + 1))
+        left = ~output.o.valid & queue.o.valid & self.o.ready
+        counted = outstanding + (inner & advance & (waiting == 0)) - left
+        m.d.sync += [outstanding.eq(counted), hidden_ahead.eq(counted != 0)]

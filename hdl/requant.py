@@ -279,3 +279,105 @@ class Requant(wiring.Component):
                 out.i.valid.eq(valid2),
             ]
         return m
+
+
+def signed_digits(value):
+    """``value`` in canonical signed digits: ``(shift, sign)`` pairs with
+    ``value == Σ sign · 2**shift``, no two of them at adjacent shifts (the fewest terms)."""
+    digits, shift = [], 0
+    while value:
+        if value & 1:
+            digit = 2 - (value & 3)  # +1 where value ≡ 1 (mod 4), −1 where value ≡ 3
+            digits.append((shift, digit))
+            value -= digit
+        value >>= 1
+        shift += 1
+    return digits
+
+
+class ConstantRequant:
+    """The rules of a chain applied to one value in LUT logic: each product by its constant
+    multiplier as a sum of shifted copies (:func:`signed_digits`), no multiplier.
+
+    For the values that a whole group of MAC lanes makes at once, more than a part has
+    multipliers for. Each rule takes stages of its own: its terms added four at a time into
+    registers until two remain, then their sum, the shift, the ReLU and the clamps, into the
+    next rule's input register (the chain's output, ``result``, after the last). The
+    registers move on ``enable``; ``stages`` counts them.
+    """
+
+    FAN_IN = 4  # terms added into one register: two levels of adders
+
+    def __init__(self, m, value, bound, rules, *, enable=1, name):
+        for index, rule in enumerate(rules):
+            value, bound = self._apply(m, value, bound, rule, enable, f"{name}_{index}")
+        self.result, self.bound = value, bound
+        self.stages = self.latency(rules)
+
+    @classmethod
+    def latency(cls, rules):
+        """The chain's registers: for each rule, one per round of adding its terms
+        ``FAN_IN`` at a time while more than two are left, and one for its result."""
+        stages = 0
+        for rule in rules:
+            terms = len(signed_digits(rule.multiplier))
+            while terms > 2:
+                terms = -(-terms // cls.FAN_IN)
+                stages += 1
+            stages += 1
+        return stages
+
+    def _register(self, m, expression, width, enable, name):
+        register = Signal(signed(width), name=name)
+        with m.If(enable):
+            m.d.sync += register.eq(expression)
+        return register
+
+    @staticmethod
+    def _combine(a, b):
+        """Two terms as one. A term ``(value, shift, sign, factor)`` stands for
+        ``sign · value · 2**shift``, its value being the rule's input times ``factor``; the
+        sum of two is a term whose shift is the lesser, its value their difference where the
+        signs differ."""
+        (x, x_shift, x_sign, x_factor), (y, y_shift, y_sign, y_factor) = a, b
+        base = min(x_shift, y_shift)
+        if x_sign < y_sign:
+            (x, x_shift, x_sign, x_factor), (y, y_shift, y_sign, y_factor) = b, a
+        x_factor, y_factor = x_factor << (x_shift - base), y_factor << (y_shift - base)
+        x, y = x << (x_shift - base), y << (y_shift - base)
+        if x_sign == y_sign:
+            return x + y, base, x_sign, x_factor + y_factor
+        return x - y, base, 1, x_factor - y_factor
+
+    def _apply(self, m, value, bound, rule, enable, name):
+        # The terms' sums are registered unshifted, each as wide as its factor needs.
+        terms = [(value, shift, sign, 1) for shift, sign in signed_digits(rule.multiplier)]
+
+        def total(group):
+            while len(group) > 1:
+                group = [self._combine(a, b) for a, b in zip(group[0::2], group[1::2])] + group[len(group) & ~1:]
+            return group[0]
+
+        level = 0
+        while len(terms) > 2:
+            grouped = []
+            for at in range(0, len(terms), self.FAN_IN):
+                sum_, base, sign, factor = total(terms[at:at + self.FAN_IN])
+                register = self._register(m, sum_, bound.times(factor).bits, enable, f"{name}_sum{level}_{at}")
+                grouped.append((register, base, sign, factor))
+            terms = grouped
+            level += 1
+        product = Signal(signed(rule.product_bound(bound).bits), name=f"{name}_product")
+        if terms:
+            sum_, base, sign, _ = total(terms)
+            m.d.comb += product.eq(sum_ << base if sign > 0 else -(sum_ << base))
+        # The clamps judged on the product's bits, as in Requant's last stage.
+        negative = product[-1]
+        out = rule.result_bound(bound)
+        result = product >> rule.shift
+        if rule.saturate:
+            result = Mux(~negative & product[rule.shift + 7:].any(), 127,
+                         Mux(negative & ~product[rule.shift + 7:].all(), -128, result))
+        if rule.relu:
+            result = Mux(negative, 0, result)
+        return self._register(m, result, out.bits, enable, f"{name}_result"), out

@@ -1,16 +1,28 @@
 import numpy as np
 import pytest
 
-from hdl.matvec import MatVec
+from hdl.epilogue import hidden_rules
+from hdl.matvec import INT8, MatVec
+from hdl.requant import Rule
+from int8model.bounds import matvec_bound
 from int8model.synthetic import random_model
+from sim.bench_matvec import hidden_of
 from sim.runner import ECP5Cells, generated_verilog, run_bench
 
 
-def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_ways=0, platform=None, whole=None):
+def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_ways=0, platform=None, whole=None,
+        hidden=None):
     params = {"matrices": [np.asarray(w).tolist() for w in matrices], "lanes": lanes, "ways": ways,
-              "lut_ways": lut_ways, "seed": seed, "count": count, "idle": idle, "stall": stall, "whole": whole}
-    run_bench(MatVec(matrices, lanes, ways=ways, lut_ways=lut_ways, whole=whole), name=name,
-              test_module="sim.bench_matvec", params=params, platform=platform)
+              "lut_ways": lut_ways, "seed": seed, "count": count, "idle": idle, "stall": stall, "whole": whole,
+              "hidden": hidden}
+    run_bench(MatVec(matrices, lanes, ways=ways, lut_ways=lut_ways, whole=whole, hidden=hidden_of(params)),
+              name=name, test_module="sim.bench_matvec", params=params, platform=platform)
+
+
+def hidden_param(first, second, rules, matrix):
+    """``hidden`` for the bench: the first matrix's index and its int8 inputs' sums' bound."""
+    bound = matvec_bound(INT8, np.asarray(matrix))
+    return [first, second, [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules], [bound.lo, bound.hi]]
 
 
 def test_accumulator_width_follows_the_weights():
@@ -151,3 +163,72 @@ def test_order_names_distinct_matrices():
         MatVec([np.zeros((2, 2)), np.zeros((2, 2))], 2, order=[0, 0])
     with pytest.raises(ValueError, match="distinct indices"):
         MatVec([np.zeros((2, 2))], 2, order=[1])
+
+
+@pytest.mark.parametrize("ways, lut_ways, lanes, seed", [(4, 1, 32, 0), (4, 0, 32, 1), (2, 1, 6, 2), (3, 0, 9, 3)])
+def test_hidden_vector_stays_in_the_lanes(ways, lut_ways, lanes, seed):
+    """The FFN's W1 and W2 as a `hidden` pair: W1's sums through the hidden rules (one folded
+    rule for the shipped model's shifts, two otherwise) into W2, which takes the lanes' vector
+    as it stands; between vectors of other matrices on `o` and the whole one's on `w`, with
+    stalls on both sides. Every sum is the golden model's."""
+    rng = np.random.default_rng(200 + seed)
+    if lanes == 32:
+        model = random_model(rng, 32, 4, 32, 29, 8)
+        if seed == 0:
+            model.requant["r_hid"] = (1, 3)  # a shift only: one rule
+    else:
+        model = random_model(rng, lanes, 1, lanes - 1, 11, 8)
+    rules = hidden_rules(model)
+    assert len(rules) == (1 if seed == 0 else 2)
+    w = model.weights
+    matrices = [w["Wo"], w["W1"], w["W2"], w["Eq"].T]
+    run(f"matvec_hidden{ways}_{lut_ways}_{lanes}", matrices, lanes=lanes, ways=ways, lut_ways=lut_ways, seed=seed,
+        count=24, whole=3, hidden=hidden_param(1, 2, rules, w["W1"]))
+
+
+def test_hidden_rules_at_the_edges():
+    """Multipliers of the format's extremes (negative, zero, beyond 32 bits) and shifts 0 and
+    63, with and without ReLU and saturation, on extreme weights."""
+    rng = np.random.default_rng(9)
+    first, second = rng.choice([-128, 127, 0, 1], (7, 8)), rng.integers(-128, 128, (8, 5))
+    rules = [Rule(-3, 0, relu=False, saturate=False), Rule((1 << 40) + 12345, 41, relu=True, saturate=False),
+             Rule(-(1 << 20) + 7, 63 - 40, relu=False, saturate=True)]
+    run("matvec_hidden_edges", [first, second, np.full((5, 3), -128)], lanes=8, ways=2, seed=9, count=24,
+        hidden=hidden_param(0, 1, rules, first))
+    zero = [Rule(0, 5)]
+    run("matvec_hidden_zero", [first, second], lanes=8, ways=2, seed=10, count=12,
+        hidden=hidden_param(0, 1, zero, first))
+
+
+def test_hidden_pair_on_the_ecp5_multipliers():
+    """As elaborated for an ECP5 (the multipliers' own operand registers, enables on global
+    buffers), simulated with the primitives' models: the same sums, stalls and all."""
+    rng = np.random.default_rng(11)
+    model = random_model(rng, 16, 2, 16, 16, 8)
+    w = model.weights
+    run("matvec_hidden_ecp5", [w["Wo"], w["W1"], w["W2"], w["Eq"].T], lanes=16, ways=4, lut_ways=1, seed=11,
+        count=16, whole=3, hidden=hidden_param(1, 2, hidden_rules(model), w["W1"]), platform=ECP5Cells())
+
+
+def test_hidden_latency():
+    """The second's first word leaves `hidden_latency` cycles after the first's last input
+    word is taken, its words one a cycle: the vector does not stream out and back in."""
+    from sim.latency import hidden_pair_timing
+    rng = np.random.default_rng(12)
+    matrices = [rng.integers(-128, 128, (32, 32)), rng.integers(-128, 128, (32, 32))]
+    unit = MatVec(matrices, 32, ways=4, lut_ways=1, order=[0, 1], hidden=(0, 1, [Rule(19113, 22, relu=True)],
+                                                                          matvec_bound(INT8, matrices[0])))
+    assert unit.hidden_latency == 12  # 4 cycles' lead (the rule takes 2), the pipeline's 5, 3 of column sums
+    assert hidden_pair_timing(unit) == [unit.hidden_latency + word for word in range(8)]
+
+
+def test_hidden_pair_must_fit():
+    rng = np.random.default_rng(13)
+    a, b = rng.integers(-128, 128, (4, 6)), rng.integers(-128, 128, (6, 3))
+    rule = [Rule(1, 0)]
+    with pytest.raises(ValueError, match="fit the 4 lanes"):
+        MatVec([a, b], 4, hidden=(0, 1, rule, INT8))
+    with pytest.raises(ValueError, match="follows matrix 0"):
+        MatVec([a, b, a], 6, order=[0, 2, 1], hidden=(0, 1, rule, INT8))
+    with pytest.raises(ValueError, match="neither the whole one"):
+        MatVec([a, b], 6, whole=1, hidden=(0, 1, rule, INT8))

@@ -204,3 +204,51 @@ def test_identity_rules(rule, bound, identity):
     assert rule.is_identity_on(bound) == identity
     if identity:
         assert all(rule.apply(v) == v for v in range(bound.lo, bound.hi + 1))
+
+
+def test_signed_digits_make_the_multiplier_with_no_two_adjacent():
+    from hdl.requant import signed_digits
+    for value in [0, 1, -1, 3, -3, 7, 19113, -19113, 2**40 - 1, -(2**41), 0x5555, 123456789]:
+        digits = signed_digits(value)
+        assert sum(sign << shift for shift, sign in digits) == value
+        shifts = [shift for shift, _ in digits]
+        assert all(b - a >= 2 for a, b in zip(shifts, shifts[1:]))
+    assert len(signed_digits(0b0111_1111)) == 2  # 128 − 1
+
+
+@pytest.mark.parametrize("chain", [[Rule(19113, 22, relu=True)],
+                                   [Rule(3, 9, relu=True, saturate=False), Rule(7448, 13)],
+                                   EDGE_RULES[:6], EDGE_RULES[6:]])
+def test_constant_requant_chain(chain):
+    """The chain in LUT logic, every value of a range through it on Amaranth's simulator, each
+    result ``latency`` cycles later, as the rules apply one after another."""
+    from amaranth.hdl import Module, Signal, signed
+    from amaranth.sim import Simulator
+    from hdl.requant import ConstantRequant
+    bound = Bound(-(2**19), 2**19 - 1)
+    m = Module()
+    value = Signal(signed(bound.bits))
+    unit = ConstantRequant(m, value, bound, chain, name="chain")
+    assert unit.stages == ConstantRequant.latency(chain)
+    rng = np.random.default_rng(len(chain))
+    values = [bound.lo, bound.hi, 0, -1, 1] + rng.integers(bound.lo, bound.hi + 1, 300).tolist()
+    got = []
+
+    async def bench(ctx):
+        for n in range(len(values) + unit.stages):
+            if n < len(values):
+                ctx.set(value, values[n])
+            await ctx.tick()
+            if n >= unit.stages - 1 and len(got) < len(values):
+                got.append(ctx.get(unit.result))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    want = []
+    for x in values:
+        for rule in chain:
+            x = rule.apply(x)
+        want.append(x)
+    assert got == want
