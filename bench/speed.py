@@ -83,6 +83,7 @@ def main(argv=None):
 
     device, shape = "85F", None
     table = None  # as the engine decides by size, unless the build report says
+    hidden = False  # the FFN's hidden vector in the lanes, as the build report says
     if args.fmax:
         fmax, source = args.fmax, "given"
     elif args.report.exists():
@@ -91,6 +92,7 @@ def main(argv=None):
         device = report["device"]
         shape = report["ways"], report.get("lut_ways", 0), report["lanes"]
         table = report.get("qkv_table")
+        hidden = report.get("hidden_in_lanes", False)
     else:
         print(f"error: no build report at {args.report}: run python -m hdl.build --board ulx3s first, "
               "or give --fmax", file=sys.stderr)
@@ -104,7 +106,8 @@ def main(argv=None):
     for seed in (1, 2):
         models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
     prompt = [1, 2, 3]
-    print(f"fmax {fmax:.2f} MHz, from {source}; {lanes} lanes x {ways} ways ({lut_ways} in LUTs)")
+    print(f"fmax {fmax:.2f} MHz, from {source}; {lanes} lanes x {ways} ways ({lut_ways} in LUTs)"
+          + (", the hidden vector in the lanes" if hidden else ""))
     print("C: the reference's arithmetic; C+table: q, k, v from the engine's table (where it has one)")
     header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} "
               f"{'engine tok/s':>12s} {'C us':>6s} {'C tok/s':>9s} {'C+table us':>10s} {'NumPy us':>8s} "
@@ -113,15 +116,16 @@ def main(argv=None):
     series = {}
     for label, model in models.items():
         qkv_table = qkv_table_fits(model) if table is None else table
-        tag = f"{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}"
-        cycles = measure(model, lanes, ways, name=f"bench_{tag}", qkv_table=qkv_table)
+        tag = f"{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}_{int(hidden)}"
+        cycles = measure(model, lanes, ways, name=f"bench_{tag}", qkv_table=qkv_table, hidden_in_lanes=hidden)
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
         engine_us = mean / fmax
         c_us = c_ns_per_token(model, prompt) / 1000
         c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if qkv_table else c_us
         numpy_us = golden_us_per_token(model, prompt)
-        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{tag}", qkv_table=qkv_table)
+        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{tag}", qkv_table=qkv_table,
+                                  hidden_in_lanes=hidden)
         prefill_mean = sum(prefill) / len(prefill)
         print(f"{label:24s} {'table' if qkv_table else 'computed':>8s} {mean:10.1f} "
               f"{floor_cycles(model, lanes, ways, qkv_table):6.1f} {engine_us:9.3f} "
@@ -142,8 +146,9 @@ def main(argv=None):
         except FitError:
             print(f"{d:7d}  does not fit the {device}", flush=True)
             continue
-        cycles = measure(model, d_lanes, d_ways, name=f"bench_d{d}_{d_lanes}_{d_ways}_{int(qkv_table)}",
-                         qkv_table=qkv_table)
+        in_lanes = hidden and model.d_ff <= d_lanes
+        cycles = measure(model, d_lanes, d_ways, name=f"bench_d{d}_{d_lanes}_{d_ways}_{int(qkv_table)}_{int(in_lanes)}",
+                         qkv_table=qkv_table, hidden_in_lanes=in_lanes)
         print(f"{d:7d} {f'{d_lanes} x {d_ways} ({d_lut_ways})':>18s} {'table' if qkv_table else 'computed':>8s} "
               f"{cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "
               f"{floor_cycles(model, d_lanes, d_ways, qkv_table):6.1f}", flush=True)

@@ -54,10 +54,11 @@ def pll_parameters(out_hz, in_hz=OSCILLATOR_HZ):
 class ULX3STop(Elaboratable):
     """The board top: the PLL makes the engine's clock, the device top meets the FTDI UART."""
 
-    def __init__(self, model, *, clock_hz, baud, lanes=None, ways=DEFAULT_WAYS, lut_ways=0, qkv_table=None):
+    def __init__(self, model, *, clock_hz, baud, lanes=None, ways=DEFAULT_WAYS, lut_ways=0, qkv_table=None,
+                 hidden_in_lanes=False):
         self.clki_div, self.clkfb_div, self.clkop_div, self.clock_hz = pll_parameters(clock_hz)
         self.device = DeviceTop(model, clock_hz=self.clock_hz, baud=baud, lanes=lanes, ways=ways,
-                                lut_ways=lut_ways, qkv_table=qkv_table)
+                                lut_ways=lut_ways, qkv_table=qkv_table, hidden_in_lanes=hidden_in_lanes)
 
     def elaborate(self, platform):
         m = Module()

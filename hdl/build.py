@@ -224,6 +224,7 @@ def text_report(r):
         f"board ULX3S-{r['device']} ({r['part']}), {r['lanes']} MAC lanes x {r['ways']} ways "
         f"({r['lut_ways']} of them in LUTs), "
         + ("q, k, v from a table, " if r.get("qkv_table") else "")
+        + ("the hidden vector in the lanes, " if r.get("hidden_in_lanes") else "")
         + f"UART {r['baud']} baud",
         f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz"
         + (f" (seed {r['seed']})" if r.get("seed") is not None else "") + ": "
@@ -269,6 +270,9 @@ def main(argv=None):
     parser.add_argument("--qkv-table", action=argparse.BooleanOptionalAction, default=None,
                         help="read q, k and v from a table of every token and position (default: where "
                              "it takes at most 128 KB and the part has the block RAM)")
+    parser.add_argument("--hidden-in-lanes", action="store_true",
+                        help="keep the FFN's hidden vector in the MAC lanes: fewer cycles per token, some "
+                             "13,000 LUT4s more, and a slower, harder place and route (default: off)")
     parser.add_argument("--seed", type=int,
                         help="nextpnr's placement seed (default: nextpnr's own): fmax varies by a few "
                              "MHz from seed to seed")
@@ -286,7 +290,7 @@ def main(argv=None):
         ways, lut_ways, lanes, qkv_table = choose_ways(model, args.device, args.ways, args.lanes, args.lut_ways,
                                                        args.qkv_table)
         top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, lanes=lanes, ways=ways,
-                       lut_ways=lut_ways, qkv_table=qkv_table)
+                       lut_ways=lut_ways, qkv_table=qkv_table, hidden_in_lanes=args.hidden_in_lanes)
     except (ModelError, BoundsError, FitError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -313,14 +317,16 @@ def main(argv=None):
     report = json.loads((build_dir / "report.json").read_text())
     fmax = min(v["achieved"] for v in report["fmax"].values())
     print("counting cycles per token in simulation", file=sys.stderr)
-    cycles = measure(model, lanes, ways, name=f"build_cycles_{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}",
-                     qkv_table=qkv_table)
+    cycles = measure(model, lanes, ways, name=f"build_cycles_{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}"
+                     f"{'_hidden' if args.hidden_in_lanes else ''}", qkv_table=qkv_table,
+                     hidden_in_lanes=args.hidden_in_lanes)
     mean = sum(cycles) / len(cycles)
     shutil.copy(build_dir / "top.bit", out / "top.bit")
     result = {
         "identity": model.identity_line, "model_sha256": model.sha256, "model_file": str(args.model),
         "board": "ulx3s", "device": args.device, "part": platform.device, "lanes": lanes,
-        "ways": ways, "lut_ways": lut_ways, "qkv_table": qkv_table, "seed": args.seed,
+        "ways": ways, "lut_ways": lut_ways, "qkv_table": qkv_table, "hidden_in_lanes": args.hidden_in_lanes,
+        "seed": args.seed,
         "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
         "timing_met": fmax * 1e6 >= top.clock_hz, "critical_path": critical_path(report),
         "utilisation": {k: {"used": v["used"], "available": v["available"]}

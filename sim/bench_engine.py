@@ -47,6 +47,7 @@ class Observer:
         query, cache_write = probe("query"), probe("cache_write")
         attention = engine.attention.o.payload.shape()
         head = engine.matvec.w.payload.shape()
+        hidden = engine.matvec.hidden_vector.shape() if engine.hidden_in_lanes else None
         query_layout = engine.attention.i.payload.shape()
         row_layout = engine.cache.write.payload.shape()
         while True:
@@ -80,6 +81,9 @@ class Observer:
             if int(valid.value) and int(ready.value):
                 out = unpack(head, int(payload.value))
                 step["logits"] += out["values"][:out["count"]]
+            if hidden is not None and int(dut.probe_hidden_valid.value):
+                # The hidden vector never leaves the lanes: as it is made, lane l's element l.
+                step["fi"] += unpack(hidden, int(dut.probe_hidden_payload.value))[:engine.model.d_ff]
 
 
 PREFILL_STREAMS = ("xi", "q", "k", "v")  # what a prefill step makes
@@ -207,7 +211,8 @@ async def generations_match_golden(dut):
     params = bench_params()
     model = from_json(params["model"])
     engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0),
-                    attention_rows=params.get("attention_rows", 2), qkv_table=params.get("qkv_table"))
+                    attention_rows=params.get("attention_rows", 2), qkv_table=params.get("qkv_table"),
+                    hidden_in_lanes=params.get("hidden_in_lanes", False))
     rng = random.Random(params["seed"])
     await start(dut)
     tb = TB(dut, engine, rng)

@@ -45,29 +45,30 @@ def floor_cycles(model, lanes, ways, qkv_table=False):
     return mean_macs(model, qkv_table) / multipliers(model, lanes, ways)
 
 
-def _run(model, lanes, ways, name, prompt, quiet, qkv_table):
+def _run(model, lanes, ways, name, prompt, quiet, qkv_table, hidden_in_lanes):
     report = BUILD_ROOT / name / "cycles.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     params = {"model": model.to_json(), "lanes": lanes, "prompts": [prompt], "seed": 0,
-              "report": str(report), "ways": ways, "qkv_table": qkv_table}
-    run_bench(Engine(model, lanes=lanes, ways=ways, qkv_table=qkv_table), name=name, test_module="sim.bench_engine",
+              "report": str(report), "ways": ways, "qkv_table": qkv_table, "hidden_in_lanes": hidden_in_lanes}
+    engine = Engine(model, lanes=lanes, ways=ways, qkv_table=qkv_table, hidden_in_lanes=hidden_in_lanes)
+    run_bench(engine, name=name, test_module="sim.bench_engine",
               params=params, testcase="generations_match_golden",
               log_file=report.parent / "simulation.log" if quiet else None)
     return json.loads(report.read_text())
 
 
-def measure(model, lanes, ways, name="cycles", quiet=True, qkv_table=None):
+def measure(model, lanes, ways, name="cycles", quiet=True, qkv_table=None, hidden_in_lanes=False):
     """Cycles of the (full) step at every position 0..seq_len−1, as a list: a one-token
     prompt, then generation to the end of the context."""
-    cycles = dict(_run(model, lanes, ways, name, [0], quiet, qkv_table)["cycles"])
+    cycles = dict(_run(model, lanes, ways, name, [0], quiet, qkv_table, hidden_in_lanes)["cycles"])
     return [cycles[p] for p in range(model.seq_len)]
 
 
-def measure_prefill(model, lanes, ways, name="prefill", quiet=True, qkv_table=None):
+def measure_prefill(model, lanes, ways, name="prefill", quiet=True, qkv_table=None, hidden_in_lanes=False):
     """Cycles of the prefill step at positions 0..seq_len−2, as a list: a prompt that fills
     the context, all but its last token prefill steps."""
     prompt = [p % model.vocab for p in range(model.seq_len)]
-    cycles = dict(_run(model, lanes, ways, name, prompt, quiet, qkv_table)["prefill_cycles"])
+    cycles = dict(_run(model, lanes, ways, name, prompt, quiet, qkv_table, hidden_in_lanes)["prefill_cycles"])
     return [cycles[p] for p in range(model.seq_len - 1)]
 
 
@@ -101,6 +102,8 @@ def main(argv=None):
     parser.add_argument("--lanes", type=int, help="MAC lanes (default: the build's)")
     parser.add_argument("--qkv-table", action=argparse.BooleanOptionalAction, default=None,
                         help="q, k and v from a table of every token and position (default: the build's)")
+    parser.add_argument("--hidden-in-lanes", action="store_true",
+                        help="the FFN's hidden vector kept in the MAC lanes (as hdl.build's option)")
     args = parser.parse_args(argv)
     model = load(args.model)
     try:
@@ -108,16 +111,17 @@ def main(argv=None):
     except FitError as error:
         parser.exit(2, f"{error}\nGive --ways and --lanes to count a shape that no part takes.\n")
     print(model.identity_line)
-    cycles = measure(model, lanes, ways, qkv_table=table)
+    cycles = measure(model, lanes, ways, qkv_table=table, hidden_in_lanes=args.hidden_in_lanes)
     s = summary(model, lanes, ways, cycles, table)
     print(f"{lanes} lanes x {ways} ways, multipliers in MACs {s['multipliers']}, "
-          f"q, k, v {'from a table' if table else 'computed'}")
+          f"q, k, v {'from a table' if table else 'computed'}"
+          + (", the hidden vector in the lanes" if args.hidden_in_lanes else ""))
     for pos, count in s["positions"].items():
         print(f"position {pos:4d}: {count} cycles")
     print(f"mean over {model.seq_len} positions: {s['mean_cycles']:.1f} cycles per token")
     print(f"MAC-bound floor: {s['mean_macs']:.0f} MACs / {s['multipliers']} multipliers = "
           f"{s['floor']:.1f} cycles; engine at {s['ratio']:.2f}x the floor")
-    prefill = measure_prefill(model, lanes, ways, qkv_table=table)
+    prefill = measure_prefill(model, lanes, ways, qkv_table=table, hidden_in_lanes=args.hidden_in_lanes)
     print(f"prefill (a prompt's tokens but its last): {min(prefill)}..{max(prefill)} cycles, "
           f"mean {sum(prefill) / len(prefill):.1f} per token")
     return 0

@@ -12,12 +12,12 @@ SHIPPED = "models/zen32.json"
 
 
 def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3, lut_ways=0, attention_rows=2,
-        qkv_table=None, platform=None):
+        qkv_table=None, platform=None, hidden_in_lanes=False):
     params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
               "report": report, "ways": ways, "lut_ways": lut_ways, "attention_rows": attention_rows,
-              "qkv_table": qkv_table}
+              "qkv_table": qkv_table, "hidden_in_lanes": hidden_in_lanes}
     engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, attention_rows=attention_rows,
-                    qkv_table=qkv_table)
+                    qkv_table=qkv_table, hidden_in_lanes=hidden_in_lanes)
     run_bench(engine, name=name,
               test_module="sim.bench_engine", params=params, testcase=testcase, platform=platform)
 
@@ -29,6 +29,20 @@ def test_shipped_model():
     model = load(SHIPPED)
     run("engine_shipped", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden",
         ways=4, lut_ways=1, platform=ECP5Cells())
+
+
+def test_shipped_model_with_the_hidden_vector_in_the_lanes():
+    """As the 85F is built with ``--hidden-in-lanes``: W1's sums through the hidden rule in the
+    lanes, W2 taking them as they stand; the hidden vector itself checked as it is made."""
+    model = load(SHIPPED)
+    run("engine_shipped_hidden", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden",
+        ways=4, lut_ways=1, platform=ECP5Cells(), hidden_in_lanes=True)
+
+
+def test_the_hidden_vector_must_fit_the_lanes():
+    model = load(SHIPPED)
+    with pytest.raises(ValueError, match="do not fit the 16 lanes"):
+        Engine(model, lanes=16, ways=2, hidden_in_lanes=True)
 
 
 def test_shipped_model_as_on_the_45f():
@@ -78,6 +92,20 @@ def test_random_models(shape):
     prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
     run("engine_{}_{}_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=seed,
         testcase="generations_match_golden", ways=ways, lut_ways=lut_ways)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[2] <= s[5]],
+                         ids=lambda s: "d{}h{}f{}v{}c{}p{}w{}l{}".format(*s))
+def test_random_models_with_the_hidden_vector_in_the_lanes(shape):
+    """The shapes whose hidden vector fits the lanes, with it kept there (extreme rules among them)."""
+    d, heads, d_ff, vocab, seq_len, lanes, ways, lut_ways = shape
+    seed = sum(shape[:7]) + 1
+    rng = np.random.default_rng(seed)
+    model = random_model(rng, d, heads, d_ff, vocab, seq_len, extreme=bool(seed % 3 == 0))
+    prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
+    run("engine_hidden_{}_{}_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=seed,
+        testcase="generations_match_golden", ways=ways, lut_ways=lut_ways, hidden_in_lanes=True)
 
 
 @pytest.mark.slow
