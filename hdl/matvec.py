@@ -257,9 +257,9 @@ class MatVec(wiring.Component):
         expected = Signal(range(n), init=self.order[0])
         addresses = replicas(range(self.depth + 1), len(banks), "weight_address", init=self.bases[self.order[0]])
 
-        inner = Signal()        # the second of `hidden` is being issued, after `waiting` idle cycles
-        hidden_ahead = Signal()  # the second's words are still in the lanes or the output queue (a register)
         if self.hidden is not None:
+            inner = Signal()         # the second of `hidden` is being issued, after `waiting` idle cycles
+            hidden_ahead = Signal()  # the second's words are still in the lanes or the output queue (a register)
             first_matrix, second_matrix, rules, bound = self.hidden
             # Each lane's sum of the first, through the rules in LUT logic, free-running: what
             # the second's lane multiplies (the register holds until the next such sum).
@@ -271,20 +271,23 @@ class MatVec(wiring.Component):
             waiting = Signal(range(lead + 1))
             blocked = (expected == first_matrix) & hidden_ahead  # the first waits for the second's last words
         else:
-            first_matrix = second_matrix = None
-            lead, waiting, blocked = 0, Const(0), Const(0)
+            inner = hidden_ahead = first_matrix = second_matrix = None
 
         starting = ~replay & (step == 0) & (group == 0)
         as_expected = self.i.payload.matrix == expected
         current = Signal(range(n))
         m.d.comb += current.eq(Mux(starting, expected, matrix))
-        # `internal`: replay | inner, a register of its own, so that the input's valid meets one
-        # decision on its way to the issue (the path from the epilogue through the feed queue
-        # into the issue is among the design's slowest).
-        internal = Signal()
-        m.d.comb += self.i.ready.eq(advance & ~internal & (~starting | (as_expected & ~blocked)))
         issue = Signal()
-        m.d.comb += issue.eq(Mux(internal, advance & (~inner | (waiting == 0)), self.i.valid & self.i.ready))
+        if self.hidden is None:
+            m.d.comb += [self.i.ready.eq(advance & ~replay & (~starting | as_expected)),
+                         issue.eq(Mux(replay, advance, self.i.valid & self.i.ready))]
+        else:
+            # `internal`: replay | inner, a register of its own, so that the input's valid meets
+            # one decision on its way to the issue (the path from the epilogue through the feed
+            # queue into the issue is among the design's slowest).
+            internal = Signal()
+            m.d.comb += [self.i.ready.eq(advance & ~internal & (~starting | (as_expected & ~blocked))),
+                         issue.eq(Mux(internal, advance & (~inner | (waiting == 0)), self.i.valid & self.i.ready))]
 
         m.d.comb += [port.addr.eq(address) for port, address in zip(weight_reads, addresses)]
         m.d.comb += [
@@ -295,7 +298,10 @@ class MatVec(wiring.Component):
         ]
         final_step = step == last_step[current]
         final_group = group == last_group[current]
-        with m.If(starting & self.i.valid & ~as_expected & ~inner):
+        out_of_order = starting & self.i.valid & ~as_expected
+        if self.hidden is not None:
+            out_of_order &= ~inner
+        with m.If(out_of_order):
             # A vector out of order: its matrix's first word is addressed, it is issued next cycle.
             m.d.sync += expected.eq(self.i.payload.matrix)
             m.d.sync += [address.eq(base[self.i.payload.matrix]) for address in addresses]
@@ -315,33 +321,39 @@ class MatVec(wiring.Component):
             with m.If(final_step):
                 m.d.sync += step.eq(0)
                 with m.If(final_group):
-                    m.d.sync += [group.eq(0), replay.eq(0), col_base.eq(0),
-                                 internal.eq(current == first_matrix if self.hidden is not None else 0)]
+                    m.d.sync += [group.eq(0), replay.eq(0), col_base.eq(0)]
+                    if self.hidden is not None:
+                        m.d.sync += internal.eq(current == first_matrix)
                 with m.Else():
-                    m.d.sync += [group.eq(group + 1), replay.eq(1), col_base.eq(col_base + lanes), internal.eq(1)]
+                    m.d.sync += [group.eq(group + 1), replay.eq(1), col_base.eq(col_base + lanes)]
+                    if self.hidden is not None:
+                        m.d.sync += internal.eq(1)
             with m.Else():
                 m.d.sync += step.eq(step + 1)
-                with m.If(inner):
-                    m.d.sync += col_base.eq(col_base + ways)  # the second's words are words of columns
+                if self.hidden is not None:
+                    with m.If(inner):
+                        m.d.sync += col_base.eq(col_base + ways)  # the second's words are words of columns
 
         # Stage flags that travel with each word down the pipeline (`stationary`: a word of
         # the second of `hidden`).
         flags = data.StructLayout({
-            "valid": 1, "first": 1, "last": 1, "matrix": range(n), "stationary": 1,
+            "valid": 1, "first": 1, "last": 1, "matrix": range(n),
             "col_base": range(max(self.cols) + lanes), "count": range(lanes + 1),
+            **({} if self.hidden is None else {"stationary": 1}),
         })
         issued = Signal(flags)
-        inner_tail = (self.cols[second_matrix] - (self.steps[second_matrix] - 1) * ways
-                      if self.hidden is not None else ways)
+        count = Mux(final_group, tail_cols[current], lanes)
+        if self.hidden is not None:
+            inner_tail = self.cols[second_matrix] - (self.steps[second_matrix] - 1) * ways
+            count = Mux(inner, Mux(final_step, inner_tail, ways), count)
+            m.d.comb += issued.stationary.eq(inner)
         m.d.comb += [
             issued.valid.eq(issue),
             issued.first.eq(step == 0),
             issued.last.eq(final_step),
             issued.matrix.eq(current),
-            issued.stationary.eq(inner),
             issued.col_base.eq(col_base),
-            issued.count.eq(Mux(inner, Mux(final_step, inner_tail, ways),
-                                Mux(final_group, tail_cols[current], lanes))),
+            issued.count.eq(count),
         ]
 
         # -- Read: the weight word and the input word arrive.
@@ -361,9 +373,10 @@ class MatVec(wiring.Component):
         staged_copies = [replicas(signed(8), copies, f"staged_element{k}") for k in range(ways)]
         staged_weights = [Signal.like(port.data, name=f"staged_weights{index}")
                           for index, port in enumerate(weight_reads)]
-        # Whether the operands are the hidden vector's (the second of `hidden`): a copy per
-        # REPLICA_LANES lanes too.
-        stationary = replicas(unsigned(1), copies, "staged_stationary")
+        if self.hidden is not None:
+            # Whether the operands are the hidden vector's (the second of `hidden`): a copy per
+            # REPLICA_LANES lanes too.
+            stationary = replicas(unsigned(1), copies, "staged_stationary")
         with m.If(moving):
             m.d.sync += staged.eq(read)
             m.d.sync += [bank.eq(port.data) for bank, port in zip(staged_weights, weight_reads)]
@@ -450,17 +463,22 @@ class MatVec(wiring.Component):
         next_valid = Mux(advance, operands.valid, multiplied.valid)
         next_last = Mux(advance, operands.last, multiplied.last)
         next_matrix = Mux(advance, operands.matrix, multiplied.matrix)
-        next_ends = next_valid & next_last & ~Mux(advance, operands.stationary, multiplied.stationary)
-        finishing = multiplied.valid & multiplied.last & ~multiplied.stationary
+        finishing = multiplied.valid & multiplied.last
+        next_ends = next_finishing = next_valid & next_last
         if self.hidden is not None:
-            finishing &= multiplied.matrix != first_matrix
+            next_stationary = Mux(advance, operands.stationary, multiplied.stationary)
+            finishing = finishing & ~multiplied.stationary & (multiplied.matrix != first_matrix)
+            next_ends = next_ends & ~next_stationary
             next_finishing = next_ends & (next_matrix != first_matrix)
-        else:
-            next_finishing = next_ends
         next_out_free = Mux(advance & finishing, 0, Mux(taking, out_count <= ways, out_free | taking_whole))
-        # Sums for `o` also wait for the second's words ahead of them, which leave first.
-        next_room = next_out_free & (~hidden_ahead | (next_matrix == self.whole if self.whole is not None else 0))
+        next_room = next_out_free
+        if self.hidden is not None:
+            # Sums for `o` also wait for the second's words ahead of them, which leave first.
+            next_room = next_out_free & (~hidden_ahead | (next_matrix == self.whole if self.whole is not None else 0))
         next_advance = ~(next_finishing & ~next_room)
+        next_accumulates = next_advance & next_valid & ~next_last
+        if self.hidden is not None:
+            next_accumulates = next_accumulates & ~next_stationary
         # The lanes' enables, registered for the same reason.
         accumulate = Signal()  # advance & multiplied.valid & ~multiplied.last (not the second's)
         load = Signal()        # advance & finishing: the group's sums go to the output buffer
@@ -472,8 +490,7 @@ class MatVec(wiring.Component):
         m.d.sync += [
             out_free.eq(next_out_free),
             advance.eq(next_advance),
-            accumulate.eq(next_advance & next_valid & ~next_last & ~Mux(advance, operands.stationary,
-                                                                           multiplied.stationary)),
+            accumulate.eq(next_accumulates),
             load.eq(next_finishing & next_room),
             *(copy.eq(Mux(advance, operands.first, multiplied.first)) for copy in first),
         ]
