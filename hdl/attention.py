@@ -68,6 +68,9 @@ class Attention(wiring.Component):
     # LUT's read, V read (a cycle earlier, through its register) → operands → products → num
     WEIGHT_LATENCY = 6
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
+    # The most entries the exp table is spread over (a DP16KD's depth at 16 bits), past its own:
+    # an extreme M_score maps the few clamped gaps onto millions of indices.
+    SPREAD_ENTRIES = 1024
     SELECT_COLUMNS = 4   # columns of multipliers per copy of the phase register
 
     def __init__(self, model, bounds, *, ways=1, rows=1):
@@ -92,6 +95,15 @@ class Attention(wiring.Component):
         self.gap_operand_bits = max(1, saturating_gap(self.score_rule, len(self.exp_lut),
                                                       bounds["score_gap"].hi).bit_length())
         self.gap_stages = product_stages(self.gap_operand_bits, signed=False)
+        # The table as read: at every index a clamped gap gives, its last entry repeated past
+        # its end, so that no comparison lies between the M_score product and the table (they
+        # were the 85F's critical path); where that takes too many entries, as it stands,
+        # behind a clamp.
+        nlut, rule = len(self.exp_lut), self.score_rule
+        top = ((1 << self.gap_operand_bits) - 1) * rule.multiplier >> rule.shift  # the largest clamped gap's index
+        self.exp_spread = rule.multiplier > 0 and top < max(nlut, self.SPREAD_ENTRIES)
+        self.exp_entries = ([self.exp_lut[min(i, nlut - 1)] for i in range(top + 1)] if self.exp_spread
+                            else self.exp_lut)
         self.weight_bits = bounds["weights"].bits
         self.operand_bits = max(8, self.weight_bits)
         super().__init__({
@@ -254,16 +266,10 @@ class Attention(wiring.Component):
         lut_stage = 3 + self.gap_stages
 
         # The LUT index is clamp(rq(gap, M_score), 0, NLUT − 1). For a positive M_score it is
-        # never negative, and the clamped gap bounds it: the table is read at every index that
-        # bound allows, the entries past its end repeating its last, so that no comparison lies
-        # between the product and the table (they were the 85F's critical path).
+        # never negative, and the clamped gap bounds it (see exp_entries).
         rule = self.score_rule
         k = self.gap_operand_bits
-        if rule.multiplier > 0:
-            top = (((1 << k) - 1) * rule.multiplier) >> rule.shift  # the index of the largest clamped gap
-            entries = [self.exp_lut[min(i, nlut - 1)] for i in range(top + 1)]
-        else:
-            entries = self.exp_lut
+        entries = self.exp_entries
         weights = [[] for _ in range(rows)]
         for r in range(rows):
             # A copy of the exp table per bank, read by its heads: Yosys maps a memory's read
@@ -294,7 +300,7 @@ class Attention(wiring.Component):
                     scaled = split_product(m, operand, multiplier, 1, b["score_gap*M_score"].bits, f"scaled{r}_{g}")
                 index = scaled >> rule.shift
                 lut_index = Signal(range(len(entries)), name=f"lut_index{r}_{g}")
-                if rule.multiplier > 0:
+                if self.exp_spread:
                     m.d.comb += lut_index.eq(index)
                 else:
                     m.d.comb += lut_index.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))

@@ -2,11 +2,13 @@ import numpy as np
 import pytest
 
 from hdl.attention import Attention
-from int8model import analyse
+from int8model import analyse, load
 from int8model.format import from_json
 from int8model.synthetic import random_model
 from sim.harness import AttentionWithCache
 from sim.runner import ECP5Cells, generated_verilog, run_bench
+
+SHIPPED = load("models/zen32.json")
 
 
 def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1, platform=None, testcase="attention_matches_golden"):
@@ -87,6 +89,20 @@ def test_single_entry_lut_and_negative_score_scale():
     doc["exp_lut"] = [5]
     doc["requant"]["M_score"] = [-77, 3]
     run("attention_one_entry", from_json(doc), seed=6, count=20)
+
+
+def test_an_extreme_score_scale_reads_the_table_as_it_stands():
+    """A gap scale spreading the table past SPREAD_ENTRIES reads it behind a clamp instead (a
+    random extreme model's had spread one entry over 1,687,728); a trained model's is spread."""
+    doc = random_model(np.random.default_rng(8), 16, 4, 16, 16, 16).to_json()
+    doc["exp_lut"] = [1000, 300, 7]
+    doc["requant"]["M_score"] = [1687727, 0]
+    model = from_json(doc)
+    attention = Attention(model, analyse(model))
+    assert not attention.exp_spread and attention.exp_entries == doc["exp_lut"]
+    run("attention_unspread_lut", model, seed=8)
+    shipped = Attention(SHIPPED, analyse(SHIPPED))
+    assert shipped.exp_spread and len(SHIPPED.exp_lut) < len(shipped.exp_entries) <= Attention.SPREAD_ENTRIES
 
 
 @pytest.mark.parametrize("multiplier, shift, nlut, most", [
