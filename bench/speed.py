@@ -22,7 +22,7 @@ import numpy as np
 from int8model import Golden, load
 from int8model.synthetic import random_model
 from hdl.build import FitError, choose_ways
-from hdl.engine import qkv_table_fits
+from hdl.engine import DEFAULT_ATTENTION_ROWS, qkv_table_fits
 from sim.cycles import floor_cycles, measure, measure_prefill
 
 from .c_decoder import CDecoder
@@ -84,6 +84,7 @@ def main(argv=None):
     device, shape = "85F", None
     table = None  # as the engine decides by size, unless the build report says
     hidden = False  # the FFN's hidden vector in the lanes, as the build report says
+    rows = DEFAULT_ATTENTION_ROWS  # cache rows a cycle, as the build report says
     if args.fmax:
         fmax, source = args.fmax, "given"
     elif args.report.exists():
@@ -93,6 +94,7 @@ def main(argv=None):
         shape = report["ways"], report.get("lut_ways", 0), report["lanes"]
         table = report.get("qkv_table")
         hidden = report.get("hidden_in_lanes", False)
+        rows = report.get("attention_rows", rows)
     else:
         print(f"error: no build report at {args.report}: run python -m hdl.build --board ulx3s first, "
               "or give --fmax", file=sys.stderr)
@@ -100,14 +102,14 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     shipped = load(args.model)
     if shape is None or args.ways:
-        shape = choose_ways(shipped, device, args.ways)[:3]
+        shape = choose_ways(shipped, device, args.ways, attention_rows=rows)[:3]
     ways, lut_ways, lanes = shape
     models = {"shipped " + args.model.stem: shipped}
     for seed in (1, 2):
         models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
     prompt = [1, 2, 3]
     print(f"fmax {fmax:.2f} MHz, from {source}; {lanes} lanes x {ways} ways ({lut_ways} in LUTs)"
-          + (", the hidden vector in the lanes" if hidden else ""))
+          + (", the hidden vector in the lanes" if hidden else "") + f", {rows} cache rows a cycle")
     print("C: the reference's arithmetic; C+table: q, k, v from the engine's table (where it has one)")
     header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} "
               f"{'engine tok/s':>12s} {'C us':>6s} {'C tok/s':>9s} {'C+table us':>10s} {'NumPy us':>8s} "
@@ -116,19 +118,19 @@ def main(argv=None):
     series = {}
     for label, model in models.items():
         qkv_table = qkv_table_fits(model) if table is None else table
-        tag = f"{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}_{int(hidden)}"
-        cycles = measure(model, lanes, ways, name=f"bench_{tag}", qkv_table=qkv_table, hidden_in_lanes=hidden)
+        tag = f"{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}_{int(hidden)}_{rows}"
+        options = {"qkv_table": qkv_table, "hidden_in_lanes": hidden, "attention_rows": rows}
+        cycles = measure(model, lanes, ways, name=f"bench_{tag}", **options)
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
         engine_us = mean / fmax
         c_us = c_ns_per_token(model, prompt) / 1000
         c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if qkv_table else c_us
         numpy_us = golden_us_per_token(model, prompt)
-        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{tag}", qkv_table=qkv_table,
-                                  hidden_in_lanes=hidden)
+        prefill = measure_prefill(model, lanes, ways, name=f"bench_prefill_{tag}", **options)
         prefill_mean = sum(prefill) / len(prefill)
         print(f"{label:24s} {'table' if qkv_table else 'computed':>8s} {mean:10.1f} "
-              f"{floor_cycles(model, lanes, ways, qkv_table):6.1f} {engine_us:9.3f} "
+              f"{floor_cycles(model, lanes, ways, qkv_table, rows):6.1f} {engine_us:9.3f} "
               f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {c_table_us:10.3f} {numpy_us:8.1f} "
               f"{c_us / engine_us:7.2f}x {c_table_us / engine_us:13.2f}x "
               f"{prefill_mean:11.1f} {fmax * 1e6 / prefill_mean:13.0f}", flush=True)
@@ -142,16 +144,17 @@ def main(argv=None):
     for d in (16, 32, 64):
         model = random_model(np.random.default_rng(d), d, 4, d, 32, 32)
         try:
-            d_ways, d_lut_ways, d_lanes, qkv_table = choose_ways(model, device, args.ways)
+            d_ways, d_lut_ways, d_lanes, qkv_table = choose_ways(model, device, args.ways, attention_rows=rows)
         except FitError:
             print(f"{d:7d}  does not fit the {device}", flush=True)
             continue
         in_lanes = hidden and model.d_ff <= d_lanes
-        cycles = measure(model, d_lanes, d_ways, name=f"bench_d{d}_{d_lanes}_{d_ways}_{int(qkv_table)}_{int(in_lanes)}",
-                         qkv_table=qkv_table, hidden_in_lanes=in_lanes)
+        cycles = measure(model, d_lanes, d_ways,
+                         name=f"bench_d{d}_{d_lanes}_{d_ways}_{int(qkv_table)}_{int(in_lanes)}_{rows}",
+                         qkv_table=qkv_table, hidden_in_lanes=in_lanes, attention_rows=rows)
         print(f"{d:7d} {f'{d_lanes} x {d_ways} ({d_lut_ways})':>18s} {'table' if qkv_table else 'computed':>8s} "
               f"{cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "
-              f"{floor_cycles(model, d_lanes, d_ways, qkv_table):6.1f}", flush=True)
+              f"{floor_cycles(model, d_lanes, d_ways, qkv_table, rows):6.1f}", flush=True)
     return 0
 
 

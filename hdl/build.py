@@ -89,9 +89,11 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None
     return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers, "qkv_table": qkv_table}
 
 
-def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None):
+def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None, attention_rows=None):
     from boards.ulx3s import PARTS
-    need = estimate(model, lanes, ways, lut_ways, qkv_table=qkv_table)
+    from .engine import DEFAULT_ATTENTION_ROWS
+    rows = attention_rows or DEFAULT_ATTENTION_ROWS
+    need = estimate(model, lanes, ways, lut_ways, rows, qkv_table=qkv_table)
     part = PARTS[device]
     short = []
     if need["DP16KD"] > part["DP16KD"]:
@@ -101,7 +103,8 @@ def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None):
         short.append(f"multipliers: about {need['MULT18X18D']} MULT18X18D "
                      f"({lanes} MAC lanes x {ways} way{'s' if ways > 1 else ''}"
                      + (f", {lut_ways} of them in LUTs" if lut_ways else "")
-                     + f" + {model.d_model} attention + requants), "
+                     + f" + {model.d_model} attention + {model.n_heads * rows} score scales"
+                     + " + requants), "
                      f"the LFE5U-{device} has {part['MULT18X18D']}")
     if short:
         raise FitError(f"the model does not fit the ULX3S-{device}: " + "; ".join(short)
@@ -129,7 +132,7 @@ def shapes(model, ways=None, lanes=None, lut_ways=None):
                 yield w, soft, count
 
 
-def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=None):
+def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=None, attention_rows=None):
     """The ways, LUT ways, lanes and whether q, k, v come from a table, to build with: those
     asked, else, of the shapes that fit the part (:func:`shapes`), the one with the most MAC
     multipliers, then the most ways (a vector in fewer words streams from one matrix into the
@@ -139,13 +142,13 @@ def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=N
     for candidate, soft, chosen in shapes(model, ways, lanes, lut_ways):
         for table in [qkv_table] if qkv_table is not None else (None, False):
             try:
-                check_fit(model, chosen, candidate, device, soft, table)
+                check_fit(model, chosen, candidate, device, soft, table, attention_rows)
             except FitError as refused:
                 error = refused
                 continue
             rank = (chosen * candidate, candidate, -soft)
             if best is None or rank > best[0]:
-                fits_table = estimate(model, chosen, candidate, soft, qkv_table=table)["qkv_table"]
+                fits_table = estimate(model, chosen, candidate, soft, attention_rows, table)["qkv_table"]
                 best = rank, (candidate, soft, chosen, fits_table)
             break
     if best is None:
@@ -225,6 +228,7 @@ def text_report(r):
         f"({r['lut_ways']} of them in LUTs), "
         + ("q, k, v from a table, " if r.get("qkv_table") else "")
         + ("the hidden vector in the lanes, " if r.get("hidden_in_lanes") else "")
+        + f"{r.get('attention_rows', 2)} cache rows a cycle, "
         + f"UART {r['baud']} baud",
         f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz"
         + (f" (seed {r['seed']})" if r.get("seed") is not None else "") + ": "
@@ -250,6 +254,7 @@ def text_report(r):
 
 
 def main(argv=None):
+    from .engine import ATTENTION_ROWS, DEFAULT_ATTENTION_ROWS
     parser = argparse.ArgumentParser(prog="python -m hdl.build", description=__doc__.splitlines()[0])
     parser.add_argument("--board", choices=["ulx3s"], required=True)
     parser.add_argument("--device", choices=["12F", "25F", "45F", "85F"], default="85F",
@@ -273,6 +278,10 @@ def main(argv=None):
     parser.add_argument("--hidden-in-lanes", action="store_true",
                         help="keep the FFN's hidden vector in the MAC lanes: fewer cycles per token, some "
                              "13,000 LUT4s more, and a slower, harder place and route (default: off)")
+    parser.add_argument("--attention-rows", type=int, choices=ATTENTION_ROWS, default=DEFAULT_ATTENTION_ROWS,
+                        help="cache rows attention reads a cycle, each a bank of block RAM and d_model "
+                             "multipliers, the first's in DSP blocks, the others' in LUTs: 4 take 8 cycles a "
+                             "token fewer on the 85F, but built at 82.5 MHz (default: %(default)s)")
     parser.add_argument("--seed", type=int,
                         help="nextpnr's placement seed (default: nextpnr's own): fmax varies by a few "
                              "MHz from seed to seed")
@@ -288,9 +297,10 @@ def main(argv=None):
         model = load(args.model)
         print(model.identity_line)
         ways, lut_ways, lanes, qkv_table = choose_ways(model, args.device, args.ways, args.lanes, args.lut_ways,
-                                                       args.qkv_table)
+                                                       args.qkv_table, args.attention_rows)
         top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, lanes=lanes, ways=ways,
-                       lut_ways=lut_ways, qkv_table=qkv_table, hidden_in_lanes=args.hidden_in_lanes)
+                       lut_ways=lut_ways, attention_rows=args.attention_rows, qkv_table=qkv_table,
+                       hidden_in_lanes=args.hidden_in_lanes)
     except (ModelError, BoundsError, FitError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -301,7 +311,8 @@ def main(argv=None):
     if build_dir.exists():
         shutil.rmtree(build_dir)
     print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {lanes} lanes x {ways} ways "
-          f"({lut_ways} in LUTs), q, k, v {'from a table' if qkv_table else 'computed'}", file=sys.stderr)
+          f"({lut_ways} in LUTs), q, k, v {'from a table' if qkv_table else 'computed'}, "
+          f"{args.attention_rows} cache rows a cycle", file=sys.stderr)
     plan = platform.build(top, name="top", do_build=False,
                           # Later YoWASP Yosys builds only map LUTs with ABC9, which fails on this
                           # design; the classic ABC flow works (see pyproject.toml's pin).
@@ -318,15 +329,15 @@ def main(argv=None):
     fmax = min(v["achieved"] for v in report["fmax"].values())
     print("counting cycles per token in simulation", file=sys.stderr)
     cycles = measure(model, lanes, ways, name=f"build_cycles_{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}"
-                     f"{'_hidden' if args.hidden_in_lanes else ''}", qkv_table=qkv_table,
-                     hidden_in_lanes=args.hidden_in_lanes)
+                     f"_{args.attention_rows}{'_hidden' if args.hidden_in_lanes else ''}", qkv_table=qkv_table,
+                     hidden_in_lanes=args.hidden_in_lanes, attention_rows=args.attention_rows)
     mean = sum(cycles) / len(cycles)
     shutil.copy(build_dir / "top.bit", out / "top.bit")
     result = {
         "identity": model.identity_line, "model_sha256": model.sha256, "model_file": str(args.model),
         "board": "ulx3s", "device": args.device, "part": platform.device, "lanes": lanes,
         "ways": ways, "lut_ways": lut_ways, "qkv_table": qkv_table, "hidden_in_lanes": args.hidden_in_lanes,
-        "seed": args.seed,
+        "attention_rows": args.attention_rows, "seed": args.seed,
         "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
         "timing_met": fmax * 1e6 >= top.clock_hz, "critical_path": critical_path(report),
         "utilisation": {k: {"used": v["used"], "available": v["available"]}

@@ -16,7 +16,7 @@ from .kv_cache import KVCache
 from .matvec import MatVec
 from .requant import Rule
 
-__all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "XI_TABLE_BYTES", "xi_table_depth",
+__all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "ATTENTION_ROWS", "XI_TABLE_BYTES", "xi_table_depth",
            "QKV_TABLE_BYTES", "qkv_table_depth", "qkv_table_fits",
            "lanes_for", "command_layout", "status_layout"]
 
@@ -37,6 +37,7 @@ DEFAULT_WAYS = 4
 # Cache rows a cycle in the attention's two row phases: the first bank's products in DSP
 # blocks, the second's in LUTs.
 DEFAULT_ATTENTION_ROWS = 2
+ATTENTION_ROWS = (1, 2, 4)  # powers of two: the cache banks are addressed by a row's low bits
 
 
 # A table of xi = to8(EinA[tok] + PinA[pos], r_qkv) for every token and position, when it
@@ -146,6 +147,8 @@ class Engine(wiring.Component):
 
     def __init__(self, model, *, lanes=None, ways=DEFAULT_WAYS, lut_ways=0, attention_rows=DEFAULT_ATTENTION_ROWS,
                  qkv_table=None, hidden_in_lanes=False):
+        if attention_rows not in ATTENTION_ROWS:
+            raise ValueError(f"attention reads 1, 2 or 4 cache rows a cycle, not {attention_rows}")
         self.model = model
         self.bounds = analyse(model)
         self.ways, self.lut_ways, self.attention_rows = ways, lut_ways, attention_rows

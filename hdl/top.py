@@ -2,7 +2,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .engine import DEFAULT_WAYS, Engine
+from .engine import DEFAULT_ATTENTION_ROWS, DEFAULT_WAYS, Engine
 from .protocol import CommandProtocol, ident_payload
 from .uart import UART, divisor_for
 
@@ -40,13 +40,15 @@ class DeviceTop(wiring.Component):
     leds: Out(8)
 
     def __init__(self, model, *, clock_hz, baud=DEFAULT_BAUD, lanes=None, ways=DEFAULT_WAYS,
-                 lut_ways=0, qkv_table=None, hidden_in_lanes=False, frame_timeout=0.01):
+                 lut_ways=0, attention_rows=DEFAULT_ATTENTION_ROWS, qkv_table=None, hidden_in_lanes=False,
+                 frame_timeout=0.01):
         self.model, self.clock_hz, self.baud = model, clock_hz, baud
         self.divisor, self.baud_error = divisor_for(clock_hz, baud)
         if self.baud_error > 0.02:
             raise ValueError(f"{clock_hz} Hz cannot make {baud} baud within 2% "
                              f"(divisor {self.divisor} is {self.baud_error:.1%} off)")
-        self.engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, qkv_table=qkv_table,
+        self.engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, attention_rows=attention_rows,
+                             qkv_table=qkv_table,
                              hidden_in_lanes=hidden_in_lanes)
         self.lanes = self.engine.lanes
         ident = ident_payload(model, self.lanes, clock_hz, baud, ways, lut_ways)

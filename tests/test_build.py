@@ -9,6 +9,7 @@ import pytest
 
 from boards.ulx3s import PARTS, pll_parameters
 from hdl.build import FitError, check_fit, choose_ways, estimate, main, nextpnr_options
+from hdl.engine import Engine
 from int8model import load
 from int8model.synthetic import random_model
 
@@ -53,6 +54,23 @@ def test_the_most_multipliers_the_part_fits_are_chosen_then_the_most_ways():
     assert choose_ways(model, "45F") == (2, 1, 16, True)
     with pytest.raises(FitError, match="the LFE5U-25F has 28"):
         choose_ways(model, "25F")
+
+
+def test_more_cache_rows_a_cycle_take_their_banks_and_score_scales():
+    """Each cache row read a cycle is a bank of the cache (8 DP16KD for the seed size) and a score
+    scale per head (a DSP block): four rows fit the 85F beside its MAC lanes; on the 45F, they
+    cost the q, k, v table its block RAM."""
+    model = load(SHIPPED)
+    two, four = (estimate(model, 32, 4, 1, attention_rows=rows) for rows in (2, 4))
+    assert four["MULT18X18D"] - two["MULT18X18D"] == 2 * model.n_heads
+    assert four["DP16KD"] - two["DP16KD"] == 2 * 2 * 8
+    assert four["MULT18X18D"] <= PARTS["85F"]["MULT18X18D"] and four["DP16KD"] <= PARTS["85F"]["DP16KD"]
+    assert choose_ways(model, "85F", attention_rows=4) == (4, 1, 32, True)
+    assert choose_ways(model, "45F", attention_rows=4) == (2, 1, 16, False)
+    with pytest.raises(FitError, match=r"\+ 16 score scales"):
+        check_fit(model, 32, 4, "85F", attention_rows=4)
+    with pytest.raises(ValueError, match="1, 2 or 4 cache rows"):
+        Engine(model, attention_rows=3)
 
 
 def test_cycles_are_counted_in_the_shape_the_part_is_built_with(capsys):

@@ -67,6 +67,15 @@ def test_shipped_model_one_element_a_cycle():
         attention_rows=1)
 
 
+@pytest.mark.slow
+def test_shipped_model_four_cache_rows_a_cycle():
+    """As the 85F is built with ``--attention-rows 4``: four banks of the cache, three of them
+    weighed by LUT multipliers."""
+    model = load(SHIPPED)
+    run("engine_shipped_four_rows", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden",
+        ways=4, lut_ways=1, attention_rows=4)
+
+
 def test_bad_input():
     rng = np.random.default_rng(3)
     model = random_model(rng, 16, 2, 24, 12, 8)
