@@ -6,7 +6,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from amaranth_boards.ulx3s import (ULX3S_12F_Platform, ULX3S_25F_Platform, ULX3S_45F_Platform,
                                    ULX3S_85F_Platform)
 
-from hdl.engine import DEFAULT_ATTENTION_ROWS, DEFAULT_WAYS
+from hdl.engine import Shape
 from hdl.fanout import global_net
 from hdl.top import DeviceTop
 
@@ -54,12 +54,9 @@ def pll_parameters(out_hz, in_hz=OSCILLATOR_HZ):
 class ULX3STop(Elaboratable):
     """The board top: the PLL makes the engine's clock, the device top meets the FTDI UART."""
 
-    def __init__(self, model, *, clock_hz, baud, lanes=None, ways=DEFAULT_WAYS, lut_ways=0,
-                 attention_rows=DEFAULT_ATTENTION_ROWS, qkv_table=None, hidden_in_lanes=False):
+    def __init__(self, model, *, clock_hz, baud, shape=Shape()):
         self.clki_div, self.clkfb_div, self.clkop_div, self.clock_hz = pll_parameters(clock_hz)
-        self.device = DeviceTop(model, clock_hz=self.clock_hz, baud=baud, lanes=lanes, ways=ways,
-                                lut_ways=lut_ways, attention_rows=attention_rows, qkv_table=qkv_table,
-                                hidden_in_lanes=hidden_in_lanes)
+        self.device = DeviceTop(model, clock_hz=self.clock_hz, baud=baud, shape=shape)
 
     def elaborate(self, platform):
         m = Module()

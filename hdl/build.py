@@ -8,6 +8,7 @@ model's identity. A build that misses timing fails and says so.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -20,10 +21,12 @@ from pathlib import Path
 from int8model.bounds import BoundsError
 from int8model.format import ModelError, load
 
+from .engine import (DEFAULT_ATTENTION_ROWS, XI_TABLE_BYTES, Shape, lanes_for, qkv_table_depth, qkv_table_fits,
+                     xi_table_depth)
 from .fanout import KEEP_REPLICAS
 from .matvec import MatVec
 
-__all__ = ["estimate", "FitError", "main"]
+__all__ = ["estimate", "check_fit", "choose_ways", "choose_shape", "FitError", "main"]
 
 # 3 Mbaud is 20 clocks a bit. Below nextpnr's fmax on the 45F and the 85F at every seed built
 # (91.9–101.5 MHz), with a margin for a placement that does worse.
@@ -49,7 +52,7 @@ class FitError(ValueError):
     pass
 
 
-def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None):
+def estimate(model, lanes, ways, lut_ways=0, attention_rows=DEFAULT_ATTENTION_ROWS, qkv_table=None):
     """What the engine needs of a part, estimated before elaboration (``qkv_table`` as
     :class:`~.engine.Engine` takes it).
 
@@ -58,8 +61,7 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None
     attention column (of the first cache bank; the others' are LUTs), one per head and bank
     (``M_score``), one per requant stage (two per epilogue) for the wide constant products.
     """
-    from .engine import DEFAULT_ATTENTION_ROWS, XI_TABLE_BYTES, qkv_table_depth, qkv_table_fits, xi_table_depth
-    rows = attention_rows or DEFAULT_ATTENTION_ROWS
+    rows = attention_rows
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
     groups = lambda cols: -(-cols // lanes)
     steps = lambda rows: -(-rows // ways)
@@ -89,11 +91,9 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=None, qkv_table=None
     return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers, "qkv_table": qkv_table}
 
 
-def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None, attention_rows=None):
+def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None, attention_rows=DEFAULT_ATTENTION_ROWS):
     from boards.ulx3s import PARTS
-    from .engine import DEFAULT_ATTENTION_ROWS
-    rows = attention_rows or DEFAULT_ATTENTION_ROWS
-    need = estimate(model, lanes, ways, lut_ways, rows, qkv_table=qkv_table)
+    need = estimate(model, lanes, ways, lut_ways, attention_rows, qkv_table=qkv_table)
     part = PARTS[device]
     short = []
     if need["DP16KD"] > part["DP16KD"]:
@@ -103,7 +103,7 @@ def check_fit(model, lanes, ways, device, lut_ways=0, qkv_table=None, attention_
         short.append(f"multipliers: about {need['MULT18X18D']} MULT18X18D "
                      f"({lanes} MAC lanes x {ways} way{'s' if ways > 1 else ''}"
                      + (f", {lut_ways} of them in LUTs" if lut_ways else "")
-                     + f" + {model.d_model} attention + {model.n_heads * rows} score scales"
+                     + f" + {model.d_model} attention + {model.n_heads * attention_rows} score scales"
                      + " + requants), "
                      f"the LFE5U-{device} has {part['MULT18X18D']}")
     if short:
@@ -124,7 +124,6 @@ def shapes(model, ways=None, lanes=None, lut_ways=None):
     ``MAX_WAYS``; lanes a d_model-wide product's, or a half or a quarter of them (rounded up to
     whole words: a group of lanes ends on a word); at most one of a lane's multipliers in LUTs
     (a LUT multiplier costs one to two hundred LUT4s)."""
-    from .engine import lanes_for
     for w in [ways] if ways else range(MAX_WAYS, 0, -1):
         lane_counts = [lanes] if lanes else sorted({lanes_for(model, w, share) for share in (1, 2, 4)}, reverse=True)
         for soft in [lut_ways] if lut_ways is not None else (0, 1):
@@ -132,7 +131,8 @@ def shapes(model, ways=None, lanes=None, lut_ways=None):
                 yield w, soft, count
 
 
-def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=None, attention_rows=None):
+def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=None,
+                attention_rows=DEFAULT_ATTENTION_ROWS):
     """The ways, LUT ways, lanes and whether q, k, v come from a table, to build with: those
     asked, else, of the shapes that fit the part (:func:`shapes`), the one with the most MAC
     multipliers, then the most ways (a vector in fewer words streams from one matrix into the
@@ -154,6 +154,14 @@ def choose_ways(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=N
     if best is None:
         raise error
     return best[1]
+
+
+def choose_shape(model, device, ways=None, lanes=None, lut_ways=None, qkv_table=None, hidden_in_lanes=False,
+                 attention_rows=DEFAULT_ATTENTION_ROWS):
+    """:func:`choose_ways`' choice, with the options that do not change it, as a
+    :class:`~.engine.Shape`."""
+    ways, lut_ways, lanes, qkv_table = choose_ways(model, device, ways, lanes, lut_ways, qkv_table, attention_rows)
+    return Shape(lanes, ways, lut_ways, qkv_table, hidden_in_lanes, attention_rows)
 
 
 def run_toolchain(build_dir, script, log_path):
@@ -228,7 +236,7 @@ def text_report(r):
         f"({r['lut_ways']} of them in LUTs), "
         + ("q, k, v from a table, " if r.get("qkv_table") else "")
         + ("the hidden vector in the lanes, " if r.get("hidden_in_lanes") else "")
-        + f"{r.get('attention_rows', 2)} cache rows a cycle, "
+        + f"{r.get('attention_rows', DEFAULT_ATTENTION_ROWS)} cache rows a cycle, "
         + f"UART {r['baud']} baud",
         f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz"
         + (f" (seed {r['seed']})" if r.get("seed") is not None else "") + ": "
@@ -254,7 +262,7 @@ def text_report(r):
 
 
 def main(argv=None):
-    from .engine import ATTENTION_ROWS, DEFAULT_ATTENTION_ROWS
+    from .engine import ATTENTION_ROWS
     parser = argparse.ArgumentParser(prog="python -m hdl.build", description=__doc__.splitlines()[0])
     parser.add_argument("--board", choices=["ulx3s"], required=True)
     parser.add_argument("--device", choices=["12F", "25F", "45F", "85F"], default="85F",
@@ -296,11 +304,9 @@ def main(argv=None):
     try:
         model = load(args.model)
         print(model.identity_line)
-        ways, lut_ways, lanes, qkv_table = choose_ways(model, args.device, args.ways, args.lanes, args.lut_ways,
-                                                       args.qkv_table, args.attention_rows)
-        top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, lanes=lanes, ways=ways,
-                       lut_ways=lut_ways, attention_rows=args.attention_rows, qkv_table=qkv_table,
-                       hidden_in_lanes=args.hidden_in_lanes)
+        shape = choose_shape(model, args.device, args.ways, args.lanes, args.lut_ways, args.qkv_table,
+                             args.hidden_in_lanes, args.attention_rows)
+        top = ULX3STop(model, clock_hz=args.clock, baud=args.baud or DEFAULT_BAUD, shape=shape)
     except (ModelError, BoundsError, FitError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -310,9 +316,9 @@ def main(argv=None):
     build_dir = out / "gateware"
     if build_dir.exists():
         shutil.rmtree(build_dir)
-    print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {lanes} lanes x {ways} ways "
-          f"({lut_ways} in LUTs), q, k, v {'from a table' if qkv_table else 'computed'}, "
-          f"{args.attention_rows} cache rows a cycle", file=sys.stderr)
+    print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {shape.lanes} lanes x "
+          f"{shape.ways} ways ({shape.lut_ways} in LUTs), q, k, v {'from a table' if shape.qkv_table else 'computed'}, "
+          f"{shape.attention_rows} cache rows a cycle", file=sys.stderr)
     plan = platform.build(top, name="top", do_build=False,
                           # Later YoWASP Yosys builds only map LUTs with ABC9, which fails on this
                           # design; the classic ABC flow works (see pyproject.toml's pin).
@@ -328,16 +334,14 @@ def main(argv=None):
     report = json.loads((build_dir / "report.json").read_text())
     fmax = min(v["achieved"] for v in report["fmax"].values())
     print("counting cycles per token in simulation", file=sys.stderr)
-    cycles = measure(model, lanes, ways, name=f"build_cycles_{model.sha256[:12]}_{lanes}_{ways}_{int(qkv_table)}"
-                     f"_{args.attention_rows}{'_hidden' if args.hidden_in_lanes else ''}", qkv_table=qkv_table,
-                     hidden_in_lanes=args.hidden_in_lanes, attention_rows=args.attention_rows)
+    cycles = measure(model, shape, name=f"build_cycles_{model.sha256[:12]}_{shape.lanes}_{shape.ways}"
+                     f"_{int(shape.qkv_table)}_{shape.attention_rows}{'_hidden' if shape.hidden_in_lanes else ''}")
     mean = sum(cycles) / len(cycles)
     shutil.copy(build_dir / "top.bit", out / "top.bit")
     result = {
         "identity": model.identity_line, "model_sha256": model.sha256, "model_file": str(args.model),
-        "board": "ulx3s", "device": args.device, "part": platform.device, "lanes": lanes,
-        "ways": ways, "lut_ways": lut_ways, "qkv_table": qkv_table, "hidden_in_lanes": args.hidden_in_lanes,
-        "attention_rows": args.attention_rows, "seed": args.seed,
+        "board": "ulx3s", "device": args.device, "part": platform.device, **dataclasses.asdict(shape),
+        "seed": args.seed,
         "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
         "timing_met": fmax * 1e6 >= top.clock_hz, "critical_path": critical_path(report),
         "utilisation": {k: {"used": v["used"], "available": v["available"]}

@@ -1,3 +1,4 @@
+import dataclasses
 import enum
 
 import numpy as np
@@ -16,7 +17,7 @@ from .kv_cache import KVCache
 from .matvec import MatVec
 from .requant import Rule
 
-__all__ = ["Op", "Error", "Engine", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "ATTENTION_ROWS", "XI_TABLE_BYTES", "xi_table_depth",
+__all__ = ["Op", "Error", "Engine", "Shape", "DEFAULT_WAYS", "DEFAULT_ATTENTION_ROWS", "ATTENTION_ROWS", "XI_TABLE_BYTES", "xi_table_depth",
            "QKV_TABLE_BYTES", "qkv_table_depth", "qkv_table_fits",
            "lanes_for", "command_layout", "status_layout"]
 
@@ -76,6 +77,28 @@ def lanes_for(model, ways, share=1):
     part), rounded up to whole words."""
     columns = -(-model.d_model // share)
     return -(-columns // ways) * ways
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """How an engine is arranged for a model: what changes its cycles and its resources, never
+    its results. ``lanes`` ``None``: :func:`lanes_for`; ``qkv_table`` ``None``: as
+    :func:`qkv_table_fits` decides."""
+    lanes: int | None = None
+    ways: int = DEFAULT_WAYS
+    lut_ways: int = 0
+    qkv_table: bool | None = None
+    hidden_in_lanes: bool = False
+    attention_rows: int = DEFAULT_ATTENTION_ROWS
+
+    def resolved(self, model):
+        """The same shape with its defaults decided for ``model``."""
+        return dataclasses.replace(
+            self, lanes=self.lanes or lanes_for(model, self.ways),
+            qkv_table=qkv_table_fits(model) if self.qkv_table is None else bool(self.qkv_table))
+
+    def engine(self, model):
+        return Engine(model, **dataclasses.asdict(self))
 
 
 class Error(enum.IntEnum):

@@ -2,7 +2,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .engine import DEFAULT_ATTENTION_ROWS, DEFAULT_WAYS, Engine
+from .engine import Shape
 from .protocol import CommandProtocol, ident_payload
 from .uart import UART, divisor_for
 
@@ -22,9 +22,8 @@ class DeviceTop(wiring.Component):
     model : :class:`~int8model.format.Model`
     clock_hz : int
         The engine clock; with ``baud`` it sets the UART divisor and goes into IDENT.
-    lanes : int, MAC lanes (default ``d_model`` rounded up to a multiple of ``ways``).
-    ways : int, elements a cycle between the engine's units (see :class:`~.engine.Engine`).
-    lut_ways : int, of each MAC lane's ``ways`` multipliers, how many are built from LUTs.
+    shape : :class:`~.engine.Shape`
+        The engine's lanes, ways and the rest (the defaults: :class:`~.engine.Shape`'s).
     frame_timeout : float
         Seconds of silence inside a frame after which it is dropped as truncated. USB serial
         adapters deliver a frame in packets up to a millisecond apart, so 10 ms by default.
@@ -39,19 +38,15 @@ class DeviceTop(wiring.Component):
     tx: Out(1, init=1)
     leds: Out(8)
 
-    def __init__(self, model, *, clock_hz, baud=DEFAULT_BAUD, lanes=None, ways=DEFAULT_WAYS,
-                 lut_ways=0, attention_rows=DEFAULT_ATTENTION_ROWS, qkv_table=None, hidden_in_lanes=False,
-                 frame_timeout=0.01):
+    def __init__(self, model, *, clock_hz, baud=DEFAULT_BAUD, shape=Shape(), frame_timeout=0.01):
         self.model, self.clock_hz, self.baud = model, clock_hz, baud
         self.divisor, self.baud_error = divisor_for(clock_hz, baud)
         if self.baud_error > 0.02:
             raise ValueError(f"{clock_hz} Hz cannot make {baud} baud within 2% "
                              f"(divisor {self.divisor} is {self.baud_error:.1%} off)")
-        self.engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, attention_rows=attention_rows,
-                             qkv_table=qkv_table,
-                             hidden_in_lanes=hidden_in_lanes)
+        self.engine = shape.engine(model)
         self.lanes = self.engine.lanes
-        ident = ident_payload(model, self.lanes, clock_hz, baud, ways, lut_ways)
+        ident = ident_payload(model, self.lanes, clock_hz, baud, shape.ways, shape.lut_ways)
         self.protocol = CommandProtocol(model, ident=ident, timeout=round(frame_timeout * clock_hz))
         self.uart = UART(self.divisor)
         super().__init__()

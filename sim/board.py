@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hdl.engine import Shape
 from hdl.top import DeviceTop
 from int8model.format import load
 
@@ -30,7 +31,7 @@ def serve(model_path, lanes, ready, parent):
     model = load(model_path)
     # No USB packets here: a frame's bytes come back to back, and 64 byte times of silence
     # (not the board's 10 ms) keep the truncation tests short.
-    top = DeviceTop(model, clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD, lanes=lanes,
+    top = DeviceTop(model, clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD, shape=Shape(lanes),
                     frame_timeout=64 * 10 / SIM_BAUD)
     run_bench(top, name="board", test_module="sim.bench_board", build_dir=ready.parent / "build",
               params={"divisor": top.divisor, "ready": str(ready), "parent": parent})

@@ -7,18 +7,19 @@ then the cycles of a prefill step (a prompt token whose next token is not asked 
 """
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from boards.ulx3s import PARTS
-from hdl.build import FitError, choose_ways
-from hdl.engine import ATTENTION_ROWS, DEFAULT_ATTENTION_ROWS, Engine, qkv_table_fits
+from hdl.build import FitError, choose_shape
+from hdl.engine import ATTENTION_ROWS, DEFAULT_ATTENTION_ROWS, Shape
 from int8model.format import load
 
 from .runner import BUILD_ROOT, run_bench
 
-__all__ = ["shape", "measure", "measure_prefill", "macs_per_token", "multipliers", "floor_cycles"]
+__all__ = ["shape_for", "measure", "measure_prefill", "macs_per_token", "multipliers", "floor_cycles"]
 
 
 def macs_per_token(model, pos, qkv_table=False):
@@ -30,72 +31,69 @@ def macs_per_token(model, pos, qkv_table=False):
     return matrices, attention
 
 
-def multipliers(model, lanes, ways, attention_rows=DEFAULT_ATTENTION_ROWS):
+def multipliers(model, shape):
     """The engine's MAC multipliers: its lanes' (``ways`` each), and the attention unit's
     (``d_model`` for each cache row it reads a cycle)."""
-    return lanes * ways + model.d_model * attention_rows
+    shape = shape.resolved(model)
+    return shape.lanes * shape.ways + model.d_model * shape.attention_rows
 
 
 def mean_macs(model, qkv_table=False):
     return sum(sum(macs_per_token(model, p, qkv_table)) for p in range(model.seq_len)) / model.seq_len
 
 
-def floor_cycles(model, lanes, ways, qkv_table=False, attention_rows=DEFAULT_ATTENTION_ROWS):
+def floor_cycles(model, shape):
     """The MAC-bound floor: mean MACs per token over a context, over the multipliers."""
-    return mean_macs(model, qkv_table) / multipliers(model, lanes, ways, attention_rows)
+    return mean_macs(model, shape.resolved(model).qkv_table) / multipliers(model, shape)
 
 
-def _run(model, lanes, ways, name, prompt, quiet, qkv_table, hidden_in_lanes, attention_rows):
+def _run(model, shape, name, prompt, quiet):
     report = BUILD_ROOT / name / "cycles.json"
     report.parent.mkdir(parents=True, exist_ok=True)
-    params = {"model": model.to_json(), "lanes": lanes, "prompts": [prompt], "seed": 0,
-              "report": str(report), "ways": ways, "qkv_table": qkv_table, "hidden_in_lanes": hidden_in_lanes,
-              "attention_rows": attention_rows}
-    engine = Engine(model, lanes=lanes, ways=ways, attention_rows=attention_rows, qkv_table=qkv_table,
-                    hidden_in_lanes=hidden_in_lanes)
-    run_bench(engine, name=name, test_module="sim.bench_engine",
+    params = {"model": model.to_json(), "prompts": [prompt], "seed": 0, "report": str(report),
+              **dataclasses.asdict(shape.resolved(model))}
+    run_bench(shape.engine(model), name=name, test_module="sim.bench_engine",
               params=params, testcase="generations_match_golden",
               log_file=report.parent / "simulation.log" if quiet else None)
     return json.loads(report.read_text())
 
 
-def measure(model, lanes, ways, name="cycles", quiet=True, qkv_table=None, hidden_in_lanes=False,
-            attention_rows=DEFAULT_ATTENTION_ROWS):
+def measure(model, shape, name="cycles", quiet=True):
     """Cycles of the (full) step at every position 0..seq_len−1, as a list: a one-token
     prompt, then generation to the end of the context."""
-    cycles = dict(_run(model, lanes, ways, name, [0], quiet, qkv_table, hidden_in_lanes, attention_rows)["cycles"])
+    cycles = dict(_run(model, shape, name, [0], quiet)["cycles"])
     return [cycles[p] for p in range(model.seq_len)]
 
 
-def measure_prefill(model, lanes, ways, name="prefill", quiet=True, qkv_table=None, hidden_in_lanes=False,
-                    attention_rows=DEFAULT_ATTENTION_ROWS):
+def measure_prefill(model, shape, name="prefill", quiet=True):
     """Cycles of the prefill step at positions 0..seq_len−2, as a list: a prompt that fills
     the context, all but its last token prefill steps."""
     prompt = [p % model.vocab for p in range(model.seq_len)]
-    cycles = dict(_run(model, lanes, ways, name, prompt, quiet, qkv_table, hidden_in_lanes,
-                       attention_rows)["prefill_cycles"])
+    cycles = dict(_run(model, shape, name, prompt, quiet)["prefill_cycles"])
     return [cycles[p] for p in range(model.seq_len - 1)]
 
 
-def summary(model, lanes, ways, cycles, qkv_table=False, attention_rows=DEFAULT_ATTENTION_ROWS):
+def summary(model, shape, cycles):
     mean_cycles = sum(cycles) / len(cycles)
-    floor = floor_cycles(model, lanes, ways, qkv_table, attention_rows)
+    floor = floor_cycles(model, shape)
     return {
         "positions": {p: cycles[p] for p in sorted({0, model.seq_len // 2, model.seq_len - 1})},
-        "mean_cycles": mean_cycles, "mean_macs": mean_macs(model, qkv_table),
-        "multipliers": multipliers(model, lanes, ways, attention_rows), "floor": floor, "ratio": mean_cycles / floor,
+        "mean_cycles": mean_cycles, "mean_macs": mean_macs(model, shape.resolved(model).qkv_table),
+        "multipliers": multipliers(model, shape), "floor": floor, "ratio": mean_cycles / floor,
     }
 
 
-def shape(model, device="85F", ways=None, lanes=None, qkv_table=None):
-    """The lanes, ways and whether q, k, v come from a table, to count: those asked, the rest
-    as the part's build would choose them (:func:`hdl.build.choose_ways`, which raises
+def shape_for(model, device="85F", ways=None, lanes=None, qkv_table=None, hidden_in_lanes=False,
+              attention_rows=DEFAULT_ATTENTION_ROWS):
+    """The :class:`~hdl.engine.Shape` to count: the lanes, ways and table asked, the rest as the
+    part's build would choose them (:func:`hdl.build.choose_shape`, which raises
     :class:`~hdl.build.FitError` where none fits). A shape asked in full is counted whether or
     not a part would take it."""
     if ways and lanes:
-        return lanes, ways, qkv_table_fits(model) if qkv_table is None else qkv_table
-    ways, _, lanes, table = choose_ways(model, device, ways, lanes, qkv_table=qkv_table)
-    return lanes, ways, table
+        return Shape(lanes, ways, qkv_table=qkv_table, hidden_in_lanes=hidden_in_lanes,
+                     attention_rows=attention_rows).resolved(model)
+    return choose_shape(model, device, ways, lanes, qkv_table=qkv_table, hidden_in_lanes=hidden_in_lanes,
+                        attention_rows=attention_rows)
 
 
 def main(argv=None):
@@ -114,23 +112,23 @@ def main(argv=None):
     args = parser.parse_args(argv)
     model = load(args.model)
     try:
-        lanes, ways, table = shape(model, args.device, args.ways, args.lanes, args.qkv_table)
+        shape = shape_for(model, args.device, args.ways, args.lanes, args.qkv_table, args.hidden_in_lanes,
+                          args.attention_rows)
     except FitError as error:
         parser.exit(2, f"{error}\nGive --ways and --lanes to count a shape that no part takes.\n")
     print(model.identity_line)
-    options = {"qkv_table": table, "hidden_in_lanes": args.hidden_in_lanes, "attention_rows": args.attention_rows}
-    cycles = measure(model, lanes, ways, **options)
-    s = summary(model, lanes, ways, cycles, table, args.attention_rows)
-    print(f"{lanes} lanes x {ways} ways, multipliers in MACs {s['multipliers']}, "
-          f"q, k, v {'from a table' if table else 'computed'}"
-          + (", the hidden vector in the lanes" if args.hidden_in_lanes else "")
-          + f", {args.attention_rows} cache rows a cycle")
+    cycles = measure(model, shape)
+    s = summary(model, shape, cycles)
+    print(f"{shape.lanes} lanes x {shape.ways} ways, multipliers in MACs {s['multipliers']}, "
+          f"q, k, v {'from a table' if shape.qkv_table else 'computed'}"
+          + (", the hidden vector in the lanes" if shape.hidden_in_lanes else "")
+          + f", {shape.attention_rows} cache rows a cycle")
     for pos, count in s["positions"].items():
         print(f"position {pos:4d}: {count} cycles")
     print(f"mean over {model.seq_len} positions: {s['mean_cycles']:.1f} cycles per token")
     print(f"MAC-bound floor: {s['mean_macs']:.0f} MACs / {s['multipliers']} multipliers = "
           f"{s['floor']:.1f} cycles; engine at {s['ratio']:.2f}x the floor")
-    prefill = measure_prefill(model, lanes, ways, **options)
+    prefill = measure_prefill(model, shape)
     print(f"prefill (a prompt's tokens but its last): {min(prefill)}..{max(prefill)} cycles, "
           f"mean {sum(prefill) / len(prefill):.1f} per token")
     return 0

@@ -9,7 +9,7 @@ import pytest
 
 from boards.ulx3s import PARTS, pll_parameters
 from hdl.build import FitError, check_fit, choose_ways, estimate, main, nextpnr_options
-from hdl.engine import Engine
+from hdl.engine import Engine, Shape
 from int8model import load
 from int8model.synthetic import random_model
 
@@ -76,12 +76,13 @@ def test_more_cache_rows_a_cycle_take_their_banks_and_score_scales():
 def test_cycles_are_counted_in_the_shape_the_part_is_built_with(capsys):
     """sim.cycles takes the build's shape for the part, the shape asked where it is whole, and
     refuses a part the model does not fit, with the build's reason."""
-    from sim.cycles import main as cycles_main, shape
+    from sim.cycles import main as cycles_main, shape_for
     model = load(SHIPPED)
-    assert shape(model) == (32, 4, True)
-    assert shape(model, "45F") == (16, 2, True)
-    assert shape(model, "45F", ways=3) == (9, 3, True)  # 18 x 3 takes too many multipliers
-    assert shape(model, "12F", ways=8, lanes=64, qkv_table=False) == (64, 8, False)
+    assert shape_for(model) == Shape(32, 4, 1, True)
+    assert shape_for(model, "45F") == Shape(16, 2, 1, True)
+    assert shape_for(model, "45F", ways=3) == Shape(9, 3, 1, True)  # 18 x 3 takes too many multipliers
+    assert shape_for(model, "12F", ways=8, lanes=64, qkv_table=False) == Shape(64, 8, 0, False)
+    assert shape_for(model, attention_rows=4, hidden_in_lanes=True) == Shape(32, 4, 1, True, True, 4)
     with pytest.raises(SystemExit) as refused:
         cycles_main(["--device", "25F"])
     assert refused.value.code == 2
@@ -136,3 +137,21 @@ def test_units_are_costed_as_elaborated_for_the_ecp5(tmp_path):
     multipliers = [cell["parameters"] for cell in cells if cell["type"] == "MULT18X18D"]
     assert resources["MULT18X18D"] == len(multipliers) == 8
     assert all(p["REG_INPUTA_CLK"] == p["REG_INPUTB_CLK"] == "CLK0" for p in multipliers)
+
+
+def test_a_shape_resolves_its_defaults_for_the_model():
+    model = load(SHIPPED)
+    assert Shape().resolved(model) == Shape(32, 4, 0, True)
+    assert Shape(ways=3, qkv_table=False).resolved(model) == Shape(33, 3, 0, False)
+    wide = random_model(np.random.default_rng(1), 32, 4, 32, 64, 32)  # a 192 KB table: too large
+    assert Shape().resolved(wide).qkv_table is False
+
+
+def test_the_benchmark_reads_the_shape_a_report_records():
+    """``hdl.build`` writes the shape's fields into its report; ``bench.speed`` counts the cycles
+    of that shape, and of a report older than a field, that field's default."""
+    import dataclasses
+    from bench.speed import report_shape
+    built = Shape(16, 2, 1, True, True, 4)
+    assert report_shape({"identity": "model sha256 0", "fmax_mhz": 90.0, **dataclasses.asdict(built)}) == built
+    assert report_shape({"lanes": 32, "ways": 4, "lut_ways": 1, "qkv_table": True}) == Shape(32, 4, 1, True)
