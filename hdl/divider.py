@@ -92,21 +92,12 @@ class FloorDivider(wiring.Component):
             """The stage that finds the digit of ``group``'s bits, the largest c whose trial
             (rem − c · 2^low · den, for rem < 2^(low + width) · den) is not negative."""
             low = group[-1]
-            # Whether each trial fits: its sign bit, not a comparison with 0 (which Yosys builds
-            # as a carry chain after the subtraction's: the 85F's critical path).
-            fits = [None] + [~trial[-1] for trial in trials[1:]]
-
-            def largest_fitting(lo, hi):
-                # A trial that fits has every smaller c's fit too (each is the next one plus a
-                # positive multiple of den): the largest is found by a balanced tree of
-                # selects, two levels for four trials where a chain of them took three (the
-                # chain ended the 85F's critical path, 10.60 ns).
-                if lo == hi:
-                    return trials[lo], Const(lo, range(len(trials)))
-                mid = (lo + hi + 1) // 2
-                (above, c_above), (below, c_below) = largest_fitting(mid, hi), largest_fitting(lo, mid - 1)
-                return Mux(fits[mid], above, below), Mux(fits[mid], c_above, c_below)
-            rem, digit = largest_fitting(0, len(trials) - 1)
+            rem, digit = trials[0], 0
+            for c, trial in enumerate(trials[1:], 1):
+                # Its sign bit, not a comparison with 0 (which Yosys builds as a carry chain
+                # after the subtraction's: the 85F's critical path).
+                fits = ~trial[-1]
+                rem, digit = Mux(fits, trial, rem), Mux(fits, c, digit)
             after = Signal(stage, name=f"bit{group[0]}")
             with m.If(advance):
                 m.d.sync += [after.valid.eq(source.valid), after.rem.eq(rem),
