@@ -72,8 +72,10 @@ def plot(path, series):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     figure, axes = plt.subplots(figsize=(7, 4))
-    for label, cycles in series.items():
-        axes.plot(range(len(cycles)), cycles, marker=".", label=label)
+    # Models of one size may take the same cycles at every position: a line style each keeps
+    # every series in sight where they overlap.
+    for (label, cycles), style in zip(series.items(), ["-", "--", ":", "-."] * len(series)):
+        axes.plot(range(len(cycles)), cycles, marker=".", linestyle=style, label=label)
     axes.set_xlabel("position")
     axes.set_ylabel("cycles per token")
     axes.set_ylim(bottom=0)
