@@ -133,16 +133,14 @@ def main(argv=None):
     series = {}
     for label, model in models.items():
         model_shape = shape.resolved(model)  # the table as the report says, else by the model's size
-        tag = (f"{model.sha256[:12]}_{model_shape.lanes}_{model_shape.ways}_{int(model_shape.qkv_table)}"
-               f"_{int(model_shape.hidden_in_lanes)}_{model_shape.attention_rows}")
-        cycles = measure(model, model_shape, name=f"bench_{tag}")
+        cycles = measure(model, model_shape, prefix="bench")
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
         engine_us = mean / fmax
         c_us = c_ns_per_token(model, prompt) / 1000
         c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if model_shape.qkv_table else c_us
         numpy_us = golden_us_per_token(model, prompt)
-        prefill = measure_prefill(model, model_shape, name=f"bench_prefill_{tag}")
+        prefill = measure_prefill(model, model_shape, prefix="bench_prefill")
         prefill_mean = sum(prefill) / len(prefill)
         print(f"{label:24s} {'table' if model_shape.qkv_table else 'computed':>8s} {mean:10.1f} "
               f"{floor_cycles(model, model_shape):6.1f} {engine_us:9.3f} "
@@ -164,8 +162,7 @@ def main(argv=None):
             print(f"{d:7d}  does not fit the {device}", flush=True)
             continue
         d_shape = dataclasses.replace(d_shape, hidden_in_lanes=shape.hidden_in_lanes and model.d_ff <= d_shape.lanes)
-        cycles = measure(model, d_shape, name=f"bench_d{d}_{d_shape.lanes}_{d_shape.ways}_{int(d_shape.qkv_table)}"
-                                              f"_{int(d_shape.hidden_in_lanes)}_{d_shape.attention_rows}")
+        cycles = measure(model, d_shape, prefix="bench")
         print(f"{d:7d} {f'{d_shape.lanes} x {d_shape.ways} ({d_shape.lut_ways})':>18s} "
               f"{'table' if d_shape.qkv_table else 'computed':>8s} "
               f"{cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "

@@ -61,7 +61,6 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=DEFAULT_ATTENTION_RO
     attention column (of the first cache bank; the others' are LUTs), one per head and bank
     (``M_score``), one per requant stage (two per epilogue) for the wide constant products.
     """
-    rows = attention_rows
     d, dff, vocab, seq_len = model.d_model, model.d_ff, model.vocab, model.seq_len
     groups = lambda cols: -(-cols // lanes)
     steps = lambda rows: -(-rows // ways)
@@ -69,7 +68,8 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=DEFAULT_ATTENTION_RO
     memories = {
         **{f"weights{index}": (weight_words, 8 * len(bank) * ways)
            for index, bank in enumerate(MatVec.weight_banks(lanes))},
-        **{f"kv_cache{bank}_{name}": (-(-seq_len // rows), 8 * d) for bank in range(rows) for name in "kv"},
+        **{f"kv_cache{bank}_{name}": (-(-seq_len // attention_rows), 8 * d)
+           for bank in range(attention_rows) for name in "kv"},
         "embeddings": (vocab * d + seq_len * d, 24),
         "scores": (seq_len, 24 * model.n_heads),
     }
@@ -87,7 +87,7 @@ def estimate(model, lanes, ways, lut_ways=0, attention_rows=DEFAULT_ATTENTION_RO
                 break
         blocks += -(-width // block_width) * -(-depth // block_depth)
     bits = sum(depth * width for depth, width in memories.values())
-    multipliers = lanes * (ways - lut_ways) + d + model.n_heads * rows + 1 + 2 * ways
+    multipliers = lanes * (ways - lut_ways) + d + model.n_heads * attention_rows + 1 + 2 * ways
     return {"DP16KD": blocks, "bram_bits": bits, "MULT18X18D": multipliers, "qkv_table": qkv_table}
 
 
@@ -334,8 +334,7 @@ def main(argv=None):
     report = json.loads((build_dir / "report.json").read_text())
     fmax = min(v["achieved"] for v in report["fmax"].values())
     print("counting cycles per token in simulation", file=sys.stderr)
-    cycles = measure(model, shape, name=f"build_cycles_{model.sha256[:12]}_{shape.lanes}_{shape.ways}"
-                     f"_{int(shape.qkv_table)}_{shape.attention_rows}{'_hidden' if shape.hidden_in_lanes else ''}")
+    cycles = measure(model, shape, prefix="build_cycles")
     mean = sum(cycles) / len(cycles)
     shutil.copy(build_dir / "top.bit", out / "top.bit")
     result = {

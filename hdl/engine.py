@@ -175,10 +175,10 @@ class Engine(wiring.Component):
         self.model = model
         self.bounds = analyse(model)
         self.ways, self.lut_ways, self.attention_rows = ways, lut_ways, attention_rows
-        self.qkv_table = qkv_table_fits(model) if qkv_table is None else bool(qkv_table)
+        resolved = Shape(lanes, ways, lut_ways, qkv_table, hidden_in_lanes, attention_rows).resolved(model)
+        self.qkv_table, self.lanes = resolved.qkv_table, resolved.lanes
         self.xi_table = not self.qkv_table and xi_table_depth(model, ways) * ways <= XI_TABLE_BYTES
         d = model.d_model
-        self.lanes = lanes or lanes_for(model, ways)
         b = self.bounds
         w = model.weights
         # One epilogue per element of a word: they move in step, each on its own column.

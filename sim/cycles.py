@@ -47,29 +47,34 @@ def floor_cycles(model, shape):
     return mean_macs(model, shape.resolved(model).qkv_table) / multipliers(model, shape)
 
 
-def _run(model, shape, name, prompt, quiet):
+def _run(model, shape, prefix, prompt, quiet):
+    # A bench directory of its own for each model and shape: runs of different ones never
+    # share their generated Verilog.
+    shape = shape.resolved(model)
+    name = (f"{prefix}_{model.sha256[:12]}_{shape.lanes}x{shape.ways}_{int(shape.qkv_table)}"
+            f"{int(shape.hidden_in_lanes)}_{shape.attention_rows}")
     report = BUILD_ROOT / name / "cycles.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     params = {"model": model.to_json(), "prompts": [prompt], "seed": 0, "report": str(report),
-              **dataclasses.asdict(shape.resolved(model))}
+              **dataclasses.asdict(shape)}
     run_bench(shape.engine(model), name=name, test_module="sim.bench_engine",
               params=params, testcase="generations_match_golden",
               log_file=report.parent / "simulation.log" if quiet else None)
     return json.loads(report.read_text())
 
 
-def measure(model, shape, name="cycles", quiet=True):
+def measure(model, shape, prefix="cycles", quiet=True):
     """Cycles of the (full) step at every position 0..seq_len−1, as a list: a one-token
     prompt, then generation to the end of the context."""
-    cycles = dict(_run(model, shape, name, [0], quiet)["cycles"])
+    cycles = dict(_run(model, shape, prefix, [0], quiet)["cycles"])
     return [cycles[p] for p in range(model.seq_len)]
 
 
-def measure_prefill(model, shape, name="prefill", quiet=True):
+def measure_prefill(model, shape, prefix="prefill", quiet=True):
     """Cycles of the prefill step at positions 0..seq_len−2, as a list: a prompt that fills
     the context, all but its last token prefill steps."""
     prompt = [p % model.vocab for p in range(model.seq_len)]
-    cycles = dict(_run(model, shape, name, prompt, quiet)["prefill_cycles"])
+    cycles = dict(_run(model, shape, prefix, prompt, quiet)["prefill_cycles"])
     return [cycles[p] for p in range(model.seq_len - 1)]
 
 
