@@ -31,8 +31,10 @@ from .c_decoder import CDecoder
 __all__ = ["report_shape", "main"]
 
 
-# A CPU figure is the fastest of a few runs: another process sharing the core only ever slows
-# a run down (one such run, beside a simulation, once took eight times as long).
+# A CPU figure is the fastest of a few runs (for the C decoder, of every repetition of a whole
+# context in them): another process sharing the core only ever slows a run down (one such run,
+# beside a simulation, once took eight times as long; a run's mean, on an idle virtual machine,
+# still varied by half from one benchmark to the next).
 TIMING_RUNS = 5
 
 
