@@ -12,6 +12,7 @@ per token for d_model 16, 32 and 64.
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import sys
@@ -76,7 +77,7 @@ def plot(path, series):
     figure, axes = plt.subplots(figsize=(7, 4))
     # Models of one size may take the same cycles at every position: a line style each keeps
     # every series in sight where they overlap.
-    for (label, cycles), style in zip(series.items(), ["-", "--", ":", "-."] * len(series)):
+    for (label, cycles), style in zip(series.items(), itertools.cycle(["-", "--", ":", "-."])):
         axes.plot(range(len(cycles)), cycles, marker=".", linestyle=style, label=label)
     axes.set_xlabel("position")
     axes.set_ylabel("cycles per token")

@@ -48,11 +48,10 @@ def floor_cycles(model, shape):
 
 
 def _run(model, shape, prefix, prompt, quiet):
-    # A bench directory of its own for each model and shape: runs of different ones never
-    # share their generated Verilog.
+    # A bench directory of its own for each model and shape (every field of it): runs of
+    # different ones never share their generated Verilog.
     shape = shape.resolved(model)
-    name = (f"{prefix}_{model.sha256[:12]}_{shape.lanes}x{shape.ways}_{int(shape.qkv_table)}"
-            f"{int(shape.hidden_in_lanes)}_{shape.attention_rows}")
+    name = "_".join([prefix, model.sha256[:12], *(str(int(value)) for value in dataclasses.astuple(shape))])
     report = BUILD_ROOT / name / "cycles.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     params = {"model": model.to_json(), "prompts": [prompt], "seed": 0, "report": str(report),
