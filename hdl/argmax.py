@@ -53,7 +53,8 @@ class ArgMax(wiring.Component):
     """
 
     # Contests in series between registers, each a comparison and a select: at two, the path
-    # through both took 16.8 ns on the 85F.
+    # through both took 16.8 ns on the 85F. Contests of four, all six comparisons side by side
+    # and a one-hot select, took 12.4–12.7 ns a round.
     LEVELS_PER_STAGE = 1
 
     def __init__(self, value_bits, length, *, ways=1):

@@ -45,8 +45,9 @@ class Attention(wiring.Component):
         The query and its position; the cache rows 0..pos−1 must already be written.
     cache : ``Out(CacheRead(d_model, seq_len, rows))``
     keys_ready : ``In(1)``
-        The K row at ``pos`` is written: the score phase waits for it before the group of row
-        ``pos``, so that it can score the rows already cached while K is still being computed.
+        The K row at ``pos`` was written, in an earlier cycle (the group of a row is read as it
+        issues): the score phase waits for it before the group of row ``pos``, so that it can
+        score the rows already cached while K is still being computed.
     values_ready : ``In(1)``
         The V row at ``pos`` is written: the weight phase waits for it likewise, so that it
         can weigh the rows already cached while V is still being computed.
@@ -54,16 +55,16 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 19`` cycles (one more for pos < rows, one less where
+    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles (one more for pos < rows, one less where
     ``r_ctx`` changes no context, as (1, 0) does) from taking the
     query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
 
-    # issue → row address → K row → its register → operands → products → pair sums → head
-    # sums, written
-    SCORE_LATENCY = 7
+    # issue (the row address already holds it) → K row → its register → operands → products
+    # → pair sums → head sums, written
+    SCORE_LATENCY = 6
     # issue → score read → gap → gap operand → × M_score (two cycles when cut) → index into the
     # LUT's read, V read (a cycle earlier, through its register) → operands → products → num
     WEIGHT_LATENCY = 6
@@ -134,6 +135,9 @@ class Attention(wiring.Component):
         q = Signal(data.ArrayLayout(signed(8), d))
         pos = Signal(range(self.seq_len))
         group = Signal(range(self.groups))  # the group of rows being issued (0 while idle)
+        next_group = Signal.like(group)  # what `group` holds next cycle
+        m.d.comb += next_group.eq(group)
+        m.d.sync += group.eq(next_group)
         last_group = pos >> bank_bits
         issuing = Signal()
         idle = Signal(init=1)
@@ -310,9 +314,11 @@ class Attention(wiring.Component):
                 weights[r].append(Mux(w_rows[lut_stage][r], port.data, 0))
 
         # The cache's address is registered (it reaches every block RAM of the cache), and the
-        # cache registers its rows (KVCache.LATENCY, two cycles): K rows reach the multipliers'
-        # operand registers three cycles after their issue; V rows in step with the LUT's entries.
-        m.d.sync += self.cache.group.eq(Mux(scoring, group, w_group[lut_stage - 3]))
+        # cache registers its rows (KVCache.LATENCY, two cycles). Scoring, the register is
+        # loaded with the group to issue next, so that it holds a group as it issues: K rows
+        # reach the multipliers' operand registers two cycles after their issue. V rows come
+        # in step with the LUT's entries.
+        m.d.sync += self.cache.group.eq(Mux(scoring, next_group, w_group[lut_stage - 3]))
         for r in range(rows):
             for e in range(d):
                 select = operand_scoring[e // self.SELECT_COLUMNS]
@@ -408,7 +414,8 @@ class Attention(wiring.Component):
                 early = self.i.payload.pos >= rows
                 with m.If(self.i.valid):
                     m.d.comb += issuing.eq(early)
-                    m.d.sync += [pos.eq(self.i.payload.pos), group.eq(early), idle.eq(0)]
+                    m.d.sync += [pos.eq(self.i.payload.pos), idle.eq(0)]
+                    m.d.comb += next_group.eq(early)
                     set_scoring(1)
                     m.next = "SCORE"
             # A pass issues the groups of rows 0..pos, one a cycle, then waits for its
@@ -419,7 +426,7 @@ class Attention(wiring.Component):
                     ready = self.keys_ready if phase == "SCORE" else self.values_ready
                     m.d.comb += issuing.eq((group != last_group) | ready)
                     with m.If(issuing):
-                        m.d.sync += group.eq(group + 1)
+                        m.d.comb += next_group.eq(group + 1)
                         with m.If(group == last_group):
                             m.next = f"{phase}_DRAIN"
             with m.State("SCORE_DRAIN"):
@@ -428,7 +435,7 @@ class Attention(wiring.Component):
                 # last stage (its group's maximum a cycle later, the running one a cycle after
                 # that), so that the maximum is complete in time for row 0.
                 with m.If(s_valid[:self.SCORE_LATENCY - 1] == 0):
-                    m.d.sync += group.eq(0)
+                    m.d.comb += next_group.eq(0)
                     set_scoring(0)
                     m.next = "WEIGHT"
             with m.State("WEIGHT_DRAIN"):
@@ -441,7 +448,8 @@ class Attention(wiring.Component):
             with m.State("CONTEXT"):
                 m.d.sync += column.eq(column + ways)
                 with m.If(column + ways >= d):
-                    m.d.sync += [idle.eq(1), group.eq(0)]
+                    m.d.sync += idle.eq(1)
+                    m.d.comb += next_group.eq(0)
                     set_context(0)
                     set_scoring(1)
                     m.next = "IDLE"

@@ -582,7 +582,14 @@ class Engine(wiring.Component):
                     # Attention starts as soon as q is complete.
                     m.d.comb += attention.i.valid.eq(have_q)
                     with m.If(have_q & attention.i.ready):
-                        m.next = "WAIT_KEYS"
+                        if self.qkv_table:
+                            # K[pos] and V[pos] came with q: the row is written as attention takes
+                            # q, and attention may read it from the next cycle.
+                            m.d.comb += cache.write.valid.eq(1)
+                            m.d.sync += [keys_ready.eq(1), values_ready.eq(1), heading.eq(1), following.eq(pos + 1)]
+                            m.next = "HEAD"
+                        else:
+                            m.next = "WAIT_KEYS"
             with m.State("PREFILL_ROW"):
                 m.d.comb += cache.write.valid.eq(1)
                 end_step()
@@ -590,10 +597,11 @@ class Engine(wiring.Component):
                 m.next = "IDLE"
             # The cache takes a row every cycle, written whole: K[pos] goes in as soon as it is
             # complete (V[pos] is not yet: the row is written again once it is). Attention may
-            # read the row from the next cycle: it is told in the cycle of the write.
+            # read the row from the next cycle: it is told then of K (it reads K rows as it issues
+            # their group), and of V in the cycle of the write (it reads V rows cycles later).
             with m.State("WAIT_KEYS"):
                 with m.If(have_k):
-                    m.d.comb += [cache.write.valid.eq(1), attention.keys_ready.eq(1)]
+                    m.d.comb += cache.write.valid.eq(1)
                     m.d.sync += keys_ready.eq(1)
                     m.next = "WAIT_VALUES"
             with m.State("WAIT_VALUES"):

@@ -104,7 +104,8 @@ class Epilogue(wiring.Component):
         columns = self.scratch + 1
         # The first requant starts from the engine's routed slice, a register. The last one's
         # input is chosen between the first's output and the routed slice (for EMBED), so it
-        # registers its input: in its multipliers' own operand registers.
+        # registers its input: in its multipliers' own operand registers. (Without them, the
+        # route from the first's output into a far DSP block, then the product, took 11.5 ns.)
         stored = {"x": b["x"], "s1": b["s1"]}
         adds = {s: stored[residual_rules[s][0]] if residual_rules.get(s, (None,))[0] else None for s in stages}
         middle_rules = [last[s] for s in stages]

@@ -126,3 +126,46 @@ def test_gaps_saturate_where_the_index_stops_changing(multiplier, shift, nlut, m
     # The hardware clamps at the next all-ones value (judged on the high bits): the same.
     ones = (1 << max(1, limit.bit_length())) - 1
     assert ones >= limit and all(index(min(g, ones)) == index(g) for g in gaps)
+
+
+@pytest.mark.parametrize("rows, pos", [(2, 0), (2, 1), (2, 6), (1, 3)])
+def test_latency(rows, pos):
+    """From taking the query to the first word of the context, with rows 0..pos cached and
+    ready: ``2·ceil((pos + 1) / rows) + 18`` cycles, one more for pos < rows, one less for the
+    shipped model's r_ctx of (1, 0) (as the unit's docstring states)."""
+    from amaranth.sim import Simulator
+
+    model = SHIPPED
+    unit = AttentionWithCache(model, analyse(model), ways=4, rows=rows)
+    rng = np.random.default_rng(pos)
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(unit.o.ready, 1)
+        for j in range(pos + 1):
+            ctx.set(unit.write.payload.pos, j)
+            ctx.set(unit.write.payload.k, rng.integers(-128, 128, model.d_model).tolist())
+            ctx.set(unit.write.payload.v, rng.integers(-128, 128, model.d_model).tolist())
+            ctx.set(unit.write.valid, 1)
+            await ctx.tick()
+        ctx.set(unit.write.valid, 0)
+        ctx.set(unit.keys_ready, 1)
+        ctx.set(unit.values_ready, 1)
+        await ctx.tick()
+        ctx.set(unit.i.payload.q, rng.integers(-128, 128, model.d_model).tolist())
+        ctx.set(unit.i.payload.pos, pos)
+        ctx.set(unit.i.valid, 1)
+        await ctx.tick().until(unit.i.ready)
+        ctx.set(unit.i.valid, 0)
+        for cycle in range(1, 60):
+            if ctx.get(unit.o.valid):
+                seen.append(cycle)
+                break
+            await ctx.tick()
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert model.requant["r_ctx"] == (1, 0)
+    assert seen == [2 * -(-(pos + 1) // rows) + 18 + (pos < rows) - 1]
