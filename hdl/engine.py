@@ -520,6 +520,12 @@ class Engine(wiring.Component):
             else:
                 m.d.sync += [embedding.eq(1), have_q.eq(0), have_k.eq(0), have_v.eq(0)]
 
+        def row_written():
+            # The cache row is complete: the head follows, and the table is addressed with the
+            # step after it.
+            m.d.sync += [values_ready.eq(1), heading.eq(1), following.eq(pos + 1)]
+            m.next = "HEAD"
+
         def end_step():
             m.d.sync += [
                 last_cycles.eq(cycles), pos.eq(pos + 1), position_base.eq(position_base + row_words),
@@ -586,8 +592,8 @@ class Engine(wiring.Component):
                             # K[pos] and V[pos] came with q: the row is written as attention takes
                             # q, and attention may read it from the next cycle.
                             m.d.comb += cache.write.valid.eq(1)
-                            m.d.sync += [keys_ready.eq(1), values_ready.eq(1), heading.eq(1), following.eq(pos + 1)]
-                            m.next = "HEAD"
+                            m.d.sync += keys_ready.eq(1)
+                            row_written()
                         else:
                             m.next = "WAIT_KEYS"
             with m.State("PREFILL_ROW"):
@@ -607,8 +613,7 @@ class Engine(wiring.Component):
             with m.State("WAIT_VALUES"):
                 with m.If(have_v):
                     m.d.comb += [cache.write.valid.eq(1), attention.values_ready.eq(1)]
-                    m.d.sync += [values_ready.eq(1), heading.eq(1), following.eq(pos + 1)]
-                    m.next = "HEAD"
+                    row_written()
             def emit_then_step(token, addressed=False):
                 # The token goes to the output register; the next step starts at once.
                 m.d.sync += token_pending.eq(1)

@@ -2,10 +2,10 @@
 
 from amaranth.sim import Simulator
 
-__all__ = ["one_item", "hidden_pair_timing"]
+__all__ = ["outputs_after", "one_item", "hidden_pair_timing"]
 
 
-def _outputs_after(unit, offer, read, cycles):
+def outputs_after(unit, offer, read, cycles):
     """Run ``offer(ctx)`` (it returns in the cycle its input is taken), ``unit.o`` always
     ready; return, for each later cycle in which ``unit.o`` offers an item, the cycle counted
     from that one, with ``read(ctx)`` where given."""
@@ -36,7 +36,7 @@ def one_item(unit, fields, *, read=None, cycles=16):
         ctx.set(unit.i.valid, 1)
         await ctx.tick()
         ctx.set(unit.i.valid, 0)
-    return _outputs_after(unit, offer, read, cycles)
+    return outputs_after(unit, offer, read, cycles)
 
 
 def hidden_pair_timing(unit, *, cycles=64):
@@ -49,4 +49,4 @@ def hidden_pair_timing(unit, *, cycles=64):
         for _ in range(unit.steps[unit.hidden[0]]):
             await ctx.tick().until(unit.i.ready)
         ctx.set(unit.i.valid, 0)
-    return _outputs_after(unit, offer, None, cycles)
+    return outputs_after(unit, offer, None, cycles)
