@@ -2,7 +2,8 @@
 
 For the shipped model and seed-size random models, from one run: the engine's cycles per
 token counted in simulation (mean over a whole context) times the fmax of the built ULX3S-85F
-design; the golden NumPy model and a compiled C decoder on one core of this machine (its
+design (a random model's own build, where its report is given, else the shipped model's); the
+golden NumPy model and a compiled C decoder on one core of this machine (its
 tokens checked against the golden model's), both as the reference computes and, where the
 engine reads q, k and v from a table of every token and position, with the same table; the
 MAC-bound floor for the multipliers the engine uses; and the engine's prefill cycles per
@@ -29,7 +30,7 @@ from sim.cycles import floor_cycles, measure, measure_prefill
 
 from .c_decoder import CDecoder
 
-__all__ = ["report_shape", "main"]
+__all__ = ["report_shape", "benchmark_models", "fmax_for", "main"]
 
 
 # A CPU figure is the fastest of a few runs (for the C decoder, of every repetition of a whole
@@ -70,6 +71,24 @@ def report_shape(report):
     return Shape(**{field.name: report[field.name] for field in dataclasses.fields(Shape) if field.name in report})
 
 
+def benchmark_models(shipped, label):
+    """The models benchmarked, by label: the shipped one, then two seed-size random ones."""
+    models = {label: shipped}
+    for seed in (1, 2):
+        models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
+    return models
+
+
+def fmax_for(model, reports, default):
+    """The fmax (MHz) of the build report of ``model`` (matched by its sha256), ``None`` and
+    ``default`` where there is none: a random model's design differs from the shipped one's
+    beyond its memories (its r_ctx and r_hid take logic the shipped model's do not)."""
+    for report in reports:
+        if report.get("model_sha256") == model.sha256:
+            return report["fmax_mhz"], report
+    return default, None
+
+
 def plot(path, series):
     import matplotlib
     matplotlib.use("Agg")
@@ -94,12 +113,25 @@ def main(argv=None):
     parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
     parser.add_argument("--report", type=Path, default=Path("build/ulx3s/report.json"),
                         help="the build report whose fmax to use (python -m hdl.build writes it)")
+    parser.add_argument("--model-report", type=Path, action="append", default=[],
+                        help="the build report of a random model of the benchmark (hdl.build --model of a file "
+                             "that --write-models wrote), whose fmax to use for it (repeatable; without one, "
+                             "a model takes the shipped model's)")
+    parser.add_argument("--write-models", type=Path, metavar="DIR",
+                        help="write the benchmark's random models into DIR as model files (to build them), and stop")
     parser.add_argument("--fmax", type=float, help="fmax in MHz, instead of a build report's")
     parser.add_argument("--ways", type=int, help="elements a cycle (default: the build report's, else as the "
                                                  "85F's build would choose)")
     parser.add_argument("--out", type=Path, default=Path("build/bench"))
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.write_models:
+        args.write_models.mkdir(parents=True, exist_ok=True)
+        for label, model in list(benchmark_models(None, "shipped").items())[1:]:
+            path = args.write_models / (label.replace(" ", "_").replace("#", "") + ".json")
+            model.save(path)
+            print(f"{path}: {model.identity_line}")
+        return 0
 
     device, shape = "85F", None
     if args.fmax:
@@ -120,16 +152,15 @@ def main(argv=None):
         asked = shape or Shape()
         shape = dataclasses.replace(choose_shape(shipped, device, args.ways, attention_rows=asked.attention_rows),
                                     qkv_table=asked.qkv_table, hidden_in_lanes=asked.hidden_in_lanes)
-    models = {"shipped " + args.model.stem: shipped}
-    for seed in (1, 2):
-        models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
+    models = benchmark_models(shipped, "shipped " + args.model.stem)
+    model_reports = [json.loads(path.read_text()) for path in args.model_report]
     prompt = [1, 2, 3]
     print(f"fmax {fmax:.2f} MHz, from {source}; {shape.lanes} lanes x {shape.ways} ways ({shape.lut_ways} in LUTs)"
           + (", the hidden vector in the lanes" if shape.hidden_in_lanes else "")
           + f", {shape.attention_rows} cache rows a cycle")
     print("C: the reference's arithmetic; C+table: q, k, v from the engine's table (where it has one); "
           f"CPU figures: the fastest of {TIMING_RUNS} runs on one core")
-    header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'engine us':>9s} "
+    header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'fmax MHz':>9s} {'engine us':>9s} "
               f"{'engine tok/s':>12s} {'C us':>6s} {'C tok/s':>9s} {'C+table us':>10s} {'NumPy us':>8s} "
               f"{'engine/C':>8s} {'engine/C+table':>14s} {'prefill cyc':>11s} {'prefill tok/s':>13s}")
     print(header)
@@ -139,17 +170,20 @@ def main(argv=None):
         cycles = measure(model, model_shape, prefix="bench")
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
-        engine_us = mean / fmax
+        # The model's own build where there is one (marked *), else the shipped model's fmax.
+        model_fmax, own = fmax_for(model, model_reports, fmax)
+        engine_us = mean / model_fmax
         c_us = c_ns_per_token(model, prompt) / 1000
         c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if model_shape.qkv_table else c_us
         numpy_us = golden_us_per_token(model, prompt)
         prefill = measure_prefill(model, model_shape, prefix="bench_prefill")
         prefill_mean = sum(prefill) / len(prefill)
         print(f"{label:24s} {'table' if model_shape.qkv_table else 'computed':>8s} {mean:10.1f} "
-              f"{floor_cycles(model, model_shape):6.1f} {engine_us:9.3f} "
+              f"{floor_cycles(model, model_shape):6.1f} {model_fmax:8.2f}{'*' if own else ' '} {engine_us:9.3f} "
               f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {c_table_us:10.3f} {numpy_us:8.1f} "
               f"{c_us / engine_us:7.2f}x {c_table_us / engine_us:13.2f}x "
-              f"{prefill_mean:11.1f} {fmax * 1e6 / prefill_mean:13.0f}", flush=True)
+              f"{prefill_mean:11.1f} {model_fmax * 1e6 / prefill_mean:13.0f}", flush=True)
+    print("* the model's own build; the other rows take the shipped model's fmax")
     plot(args.out / "cycles_per_position.png", series)
     print(f"plot: {args.out / 'cycles_per_position.png'}")
 

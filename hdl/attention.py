@@ -8,7 +8,7 @@ from .fanout import replicas
 from .fifo import StreamFIFO
 from .kv_cache import CacheRead
 from .product import dsp_product, lut_product, operand_product, product_stages, split_product, tree_sum
-from .requant import Requant, Rule
+from .requant import Rule
 
 __all__ = ["Attention"]
 
@@ -33,9 +33,10 @@ class Attention(wiring.Component):
     2. *Weights*: a group per cycle again; each head's LUT index
        ``clamp(rq(max − s_j, M_score), 0, NLUT − 1)`` reads the exp table, the weights add up to
        ``den``, and the same multipliers form ``w_j · V[j]`` into the ``num`` accumulators.
-    3. *Context*: each column's ``fdiv(num, den)`` through a pipelined floor divider, then the
-       ``r_ctx`` requant and int8 clamp; ``ci`` leaves ``ways`` columns a cycle in column order,
-       through as many dividers and requants.
+    3. *Context*: each column's ``fdiv(num, den)`` through a pipelined floor divider, whose last
+       stage also applies ``r_ctx`` and the int8 clamp (a table of the results of the quotients
+       it may find); ``ci`` leaves ``ways`` columns a cycle in column order, through as many
+       dividers.
 
     Widths come from the model's bounds (:func:`int8model.bounds.analyse`).
 
@@ -55,8 +56,7 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles (one more for pos < rows, one less where
-    ``r_ctx`` changes no context, as (1, 0) does) from taking the
+    Latency: ``2·ceil((pos + 1) / rows) + 17`` cycles (one more for pos < rows) from taking the
     query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
@@ -83,7 +83,7 @@ class Attention(wiring.Component):
         self.score_rule = Rule.rq(model.requant["M_score"])
         self.ctx_rule = Rule.to8(model.requant["r_ctx"])
         # Where r_ctx changes no context (a trained model's (1, 0)), the quotients leave as
-        # they are, a cycle sooner, without a requant.
+        # they are, without a table.
         self.ctx_requant = not self.ctx_rule.is_identity_on(bounds["ctx"])
         self.bounds = {k: bounds[k] for k in ("q", "k", "v", "scores", "score_gap",
                                               "score_gap*M_score", "weights", "den", "num", "ctx")}
@@ -122,8 +122,8 @@ class Attention(wiring.Component):
 
     @property
     def multipliers(self):
-        """DSP multipliers: the first bank's products, M_score per head and bank, the requants'."""
-        return self.d_model + self.n_heads * self.rows + self.ways
+        """DSP multipliers: the first bank's products, M_score per head and bank."""
+        return self.d_model + self.n_heads * self.rows
 
     def elaborate(self, platform):
         m = Module()
@@ -343,7 +343,7 @@ class Attention(wiring.Component):
                 m.d.sync += num[e].eq(tree_sum([Mux(num_first, 0, num[e])]
                                                + [t for r in range(rows) for t in products[r][e]]))
 
-        # -- Phase 3: the context, through `ways` dividers and r_ctx requants side by side, the
+        # -- Phase 3: the context, through `ways` dividers (with r_ctx) side by side, the
         # first carrying the word's count and end. They never stall: a context starts only
         # when the queue behind them has room for all of it. So the numerators shift down
         # ``ways`` columns every cycle for d/ways cycles, on copies of one register (one per
@@ -371,15 +371,11 @@ class Attention(wiring.Component):
         wiring.connect(m, queue.o, wiring.flipped(self.o))
         dividing = Signal()
         for k in range(ways):
-            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=word if k == 0 else unsigned(0))
+            # r_ctx on the quotient, in the divider's last stage (a table of its results).
+            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=word if k == 0 else unsigned(0),
+                                   rule=self.ctx_rule if self.ctx_requant else None)
             m.submodules[f"divider{k}"] = divider
-            if not self.ctx_requant:
-                out = divider.o
-            else:
-                requant = Requant(b["ctx"], [self.ctx_rule], tag_shape=divider.tag_shape, registered_input=True)
-                m.submodules[f"requant{k}"] = requant
-                wiring.connect(m, divider.o, requant.i)
-                out = requant.o
+            out = divider.o
             m.d.comb += [
                 divider.i.valid.eq(dividing),
                 divider.i.payload.num.eq(num[k] if k < d else 0),
@@ -396,7 +392,7 @@ class Attention(wiring.Component):
                     queue.i.payload.count.eq(out.payload.tag.count),
                     queue.i.payload.last.eq(out.payload.tag.last),
                 ]
-        # The words of a context still in the dividers, the requants or the queue.
+        # The words of a context still in the dividers or the queue.
         pending = Signal(range(words + 1))
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += pending.eq(pending - 1)

@@ -1,4 +1,4 @@
-from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -27,19 +27,25 @@ class FloorDivider(wiring.Component):
     num_bound, den_bound, quotient_bound : :class:`~int8model.bounds.Bound`
     tag_shape : shape-like, carried unchanged alongside.
     bits_per_stage : int
+    rule : :class:`~.requant.Rule` or ``None``
+        Where given, ``value`` is the rule applied to the quotient (attention's ``r_ctx``), at
+        no cost in cycles: the last stage looks up the rule's result for each digit it may
+        find, from the quotient's bits found before it (a table of constants beside the
+        trials), and selects it with the digit.
 
     Ports
     -----
     i : ``In(stream.Signature(StructLayout({"num", "den", "tag"})))``
     o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``
-        ``value`` is the quotient.
+        ``value`` is the quotient (or the rule's result on it).
 
     Latency ``ceil(quotient bits / bits_per_stage)`` cycles (4 for an int8 quotient), where the
     first digit's trials are each the numerator plus one shift of den (else one more, for the
     offset); throughput one division per cycle.
     """
 
-    def __init__(self, num_bound, den_bound, quotient_bound, *, tag_shape=unsigned(0), bits_per_stage=2):
+    def __init__(self, num_bound, den_bound, quotient_bound, *, tag_shape=unsigned(0), bits_per_stage=2,
+                 rule=None):
         if den_bound.lo <= 0:
             raise ValueError(f"the denominator must be positive, not as low as {den_bound.lo}")
         self.num_bound, self.den_bound, self.quotient_bound = num_bound, den_bound, quotient_bound
@@ -50,6 +56,8 @@ class FloorDivider(wiring.Component):
         self.rem_bits = Bound(0, (1 << self.steps) * den_bound.hi).bits
         self.tag_shape = tag_shape
         self.bits_per_stage = bits_per_stage
+        self.rule = rule
+        self.value_bound = quotient_bound if rule is None else rule.result_bound(quotient_bound)
         # The first digit's trials are num + k · den (offset and digit together): where each k is
         # 0 or ± a power of two, each is the numerator plus one shift, and the offset costs no stage.
         first = list(reversed(range(self.steps)))[:bits_per_stage]
@@ -60,7 +68,7 @@ class FloorDivider(wiring.Component):
             "i": In(stream.Signature(data.StructLayout({
                 "num": signed(num_bound.bits), "den": signed(den_bound.bits), "tag": tag_shape}))),
             "o": Out(stream.Signature(data.StructLayout({
-                "value": signed(quotient_bound.bits), "tag": tag_shape}))),
+                "value": signed(self.value_bound.bits), "tag": tag_shape}))),
         })
 
     def elaborate(self, platform):
@@ -84,25 +92,53 @@ class FloorDivider(wiring.Component):
         stage = data.StructLayout({
             "valid": 1, "rem": signed(self.rem_bits + 1),
             "multiples": data.ArrayLayout(signed(multiple_bits), len(digits)),
-            "quotient": unsigned(self.steps), "tag": self.tag_shape})
+            "quotient": unsigned(self.steps), "tag": self.tag_shape,
+            **({} if self.rule is None else {"value": signed(self.value_bound.bits)})})
         bits = list(reversed(range(self.steps)))
         groups = [bits[at:at + self.bits_per_stage] for at in range(0, len(bits), self.bits_per_stage)]
 
+        def results(source, width):
+            """For the last stage, for each digit c: the rule's result on the quotient with that
+            digit, a table indexed by the quotient's bits found before (``source.quotient``
+            holds no others)."""
+            values = []
+            for c in range(1 << width):
+                table = []
+                for high in range(1 << (self.steps - width)):
+                    quotient = (high << width | c) + self.offset
+                    if self.quotient_bound.lo <= quotient <= self.quotient_bound.hi:
+                        table.append(self.rule.apply(quotient))
+                    else:
+                        table.append(0)  # a quotient outside its bound is never found
+                known = source.quotient[width:]
+                values.append(Array(Const(v, signed(self.value_bound.bits)) for v in table)[known]
+                              if self.steps > width else Const(table[0], signed(self.value_bound.bits)))
+            return values
+
         def digit_stage(group, trials, source, multiples):
             """The stage that finds the digit of ``group``'s bits, the largest c whose trial
-            (rem − c · 2^low · den, for rem < 2^(low + width) · den) is not negative."""
+            (rem − c · 2^low · den, for rem < 2^(low + width) · den) is not negative; the
+            last also the rule's result, where there is a rule."""
             low = group[-1]
             rem, digit = trials[0], 0
+            last = low == 0 and self.rule is not None
+            if last:
+                values = results(source, len(group))
+                value = values[0]
             for c, trial in enumerate(trials[1:], 1):
                 # Its sign bit, not a comparison with 0 (which Yosys builds as a carry chain
                 # after the subtraction's: the 85F's critical path).
                 fits = ~trial[-1]
                 rem, digit = Mux(fits, trial, rem), Mux(fits, c, digit)
+                if last:
+                    value = Mux(fits, values[c], value)
             after = Signal(stage, name=f"bit{group[0]}")
             with m.If(advance):
                 m.d.sync += [after.valid.eq(source.valid), after.rem.eq(rem),
                              *(after.multiples[c - 1].eq(multiple) for c, multiple in zip(digits, multiples)),
                              after.quotient.eq(source.quotient | (digit << low)), after.tag.eq(source.tag)]
+                if last:
+                    m.d.sync += after.value.eq(value)
             return after
 
         offset = -self.offset
@@ -124,7 +160,7 @@ class FloorDivider(wiring.Component):
             previous = digit_stage(group, trials, previous, [previous.multiples[c - 1] for c in digits])
         m.d.comb += [
             out.i.valid.eq(previous.valid),
-            out.i.payload.value.eq(previous.quotient + self.offset),
+            out.i.payload.value.eq(previous.quotient + self.offset if self.rule is None else previous.value),
             out.i.payload.tag.eq(previous.tag),
         ]
         return m

@@ -9,7 +9,7 @@ from int8model.bounds import Bound, signed_bits
 from .fifo import SkidBuffer
 from .product import operand_terms, product_terms
 
-__all__ = ["Rule", "Requant", "multiplier_bits"]
+__all__ = ["Rule", "Requant", "RequantTable", "multiplier_bits"]
 
 
 @dataclass(frozen=True)
@@ -278,6 +278,82 @@ class Requant(wiring.Component):
                 *([out.i.payload.select.eq(select2)] if len(rules) > 1 else []),
                 out.i.valid.eq(valid2),
             ]
+        return m
+
+
+class RequantTable(wiring.Component):
+    """One :class:`Rule` applied by a table of its results, for inputs of a narrow range: a
+    cycle, no multiplier.
+
+    Of the inputs in ``in_bound``, those below ``first`` all give the same result, and so do
+    those above ``last``: the table holds the results of ``first .. last`` (a LUT ROM), and the
+    two ends are judged by a comparison each. A saturating rule on a small range (the hidden
+    stage's ``r_hid`` on the ReLU's output) leaves few entries between its two constant runs.
+    :meth:`entries` says how many a rule would take; the epilogue uses one where that is at most
+    ``LIMIT``.
+
+    Ports
+    -----
+    i : ``In(stream.Signature(StructLayout({"value", "tag"})))``
+        ``value`` as wide as ``in_bits`` (any width: values outside ``in_bound`` never come).
+    o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``, from registers.
+
+    Latency 1 cycle, throughput one value per cycle.
+    """
+
+    LIMIT = 256  # entries: each result bit a function of eight bits, a few LUT4s
+
+    def __init__(self, in_bound, rule, *, in_bits=None, tag_shape=unsigned(0)):
+        self.in_bound, self.rule = in_bound, rule
+        self.first, self.last = self.span(in_bound, rule)
+        self.table = [rule.apply(x) for x in range(self.first, self.last + 1)]
+        self.out_bound = rule.result_bound(in_bound)
+        self.in_bits = in_bits or in_bound.bits
+        self.tag_shape = tag_shape
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({"value": signed(self.in_bits), "tag": tag_shape}))),
+            "o": Out(stream.Signature(data.StructLayout({"value": signed(self.out_bound.bits), "tag": tag_shape}))),
+        })
+
+    @staticmethod
+    def span(in_bound, rule):
+        """The inputs whose results the table holds: past them, on each side, the result is
+        that of the end of ``in_bound``. Found from the rule's monotony (``x · M >> S`` moves one
+        way, and so do the ReLU and the clamps) by bisection."""
+        def search(lo, hi, same):  # the least x in lo..hi with same(x), hi itself if none before
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if same(mid) else (mid + 1, hi)
+            return lo
+        low_result, high_result = rule.apply(in_bound.lo), rule.apply(in_bound.hi)
+        last = search(in_bound.lo, in_bound.hi, lambda x: rule.apply(x) == high_result)
+        # The greatest x with the low end's result: the least from which it differs, less one.
+        first = search(in_bound.lo, last, lambda x: rule.apply(x) != low_result) - 1
+        return max(first, in_bound.lo), last
+
+    @classmethod
+    def entries(cls, in_bound, rule):
+        first, last = cls.span(in_bound, rule)
+        return last - first + 1
+
+    def elaborate(self, platform):
+        m = Module()
+        # The input's own range is enough to judge it by (wider inputs never come).
+        value = self.i.payload.value[:min(self.in_bits, self.in_bound.bits)].as_signed()
+        bits = self.out_bound.bits
+        # Indexed by the input's low bits, not by its distance from `first` (a subtraction
+        # before the table took a carry chain): as many as tell the span's inputs apart.
+        index_bits = max(1, (len(self.table) - 1).bit_length())
+        entries = [0] * (1 << index_bits)
+        for x, result in zip(range(self.first, self.last + 1), self.table):
+            entries[x % len(entries)] = result
+        table = Array(Const(v, signed(bits)) for v in entries)
+        result = Mux(value <= self.first, self.rule.apply(self.in_bound.lo),
+                     Mux(value >= self.last, self.rule.apply(self.in_bound.hi), table[value[:index_bits]]))
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.i.ready):
+            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.value.eq(result),
+                         self.o.payload.tag.eq(self.i.payload.tag)]
         return m
 
 

@@ -1,21 +1,27 @@
-"""Bench: the floor divider against the golden model's ``fdiv``."""
+"""Bench: the floor divider against the golden model's ``fdiv`` (and, with a rule, its ``to8``
+of the quotient)."""
 
 import random
 
 import cocotb
 
 from hdl.divider import FloorDivider
+from hdl.requant import Rule
 from int8model.bounds import Bound
-from int8model.golden import fdiv
+from int8model.golden import fdiv, to8
 
 from .bench import start
 from .runner import bench_params
 from .streams import StreamSink, StreamSource
 
 
+def rule_of(params):
+    return Rule.to8(params["rule"]) if params.get("rule") else None
+
+
 def build(params):
     return FloorDivider(Bound(*params["num"]), Bound(*params["den"]), Bound(*params["quotient"]),
-                        bits_per_stage=params.get("bits_per_stage", 2))
+                        bits_per_stage=params.get("bits_per_stage", 2), rule=rule_of(params))
 
 
 def cases(params, rng):
@@ -43,5 +49,8 @@ async def divider_matches_golden(dut):
     sink = StreamSink(dut, "o", unit.o.payload.shape(), dut.clk, stall=0.3, rng=rng)
     cocotb.start_soon(source.send([{"num": n, "den": d, "tag": 0} for n, d in work]))
     got = await sink.receive(len(work))
+    rule = rule_of(params)
     for (num, den), out in zip(work, got):
-        assert out["value"] == int(fdiv(num, den)), f"{num} // {den}: got {out['value']}"
+        # The rule as the golden model applies r_ctx: to8(q) = c8((q · M) >> S).
+        want = int(fdiv(num, den)) if rule is None else int(to8(fdiv(num, den), params["rule"]))
+        assert out["value"] == want, f"{num} // {den}{' then ' + str(rule) if rule else ''}: got {out['value']}"

@@ -155,3 +155,19 @@ def test_the_benchmark_reads_the_shape_a_report_records():
     built = Shape(16, 2, 1, True, True, 4)
     assert report_shape({"identity": "model sha256 0", "fmax_mhz": 90.0, **dataclasses.asdict(built)}) == built
     assert report_shape({"lanes": 32, "ways": 4, "lut_ways": 1, "qkv_table": True}) == Shape(32, 4, 1, True)
+
+
+def test_the_benchmark_takes_a_random_models_own_build(tmp_path):
+    """``bench.speed --write-models`` writes the benchmark's random models as files (to build),
+    and a random model's row takes the fmax of the report built from its file, else the
+    shipped model's."""
+    from bench.speed import benchmark_models, fmax_for, main as speed_main
+    assert speed_main(["--write-models", str(tmp_path)]) == 0
+    shipped = load(SHIPPED)
+    models = benchmark_models(shipped, "shipped")
+    written = sorted(tmp_path.glob("*.json"))
+    assert [load(path).sha256 for path in written] == [model.sha256 for model in list(models.values())[1:]]
+    first, second = list(models.values())[1:]
+    reports = [{"model_sha256": shipped.sha256, "fmax_mhz": 100.0}, {"model_sha256": first.sha256, "fmax_mhz": 90.0}]
+    assert fmax_for(first, reports, 100.0) == (90.0, reports[1])
+    assert fmax_for(second, reports, 100.0) == (100.0, None)

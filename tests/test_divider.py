@@ -1,24 +1,32 @@
 import pytest
 
 from hdl.divider import FloorDivider
+from hdl.requant import Rule
 from int8model.bounds import Bound
 from sim.latency import one_item
 from sim.runner import run_bench
 
 
-@pytest.mark.parametrize("name, quotient, den, bits_per_stage", [
-    ("divider_int8", (-128, 127), (1, 2**20), 2),
-    ("divider_int8_bit_a_stage", (-128, 127), (1, 2**20), 1),
-    ("divider_int8_three_bits", (-128, 127), (1, 2**20), 3),
-    ("divider_narrow", (-3, 90), (5, 777), 2),
-    ("divider_single", (-7, -7), (1, 100), 2),
-    ("divider_softmax", (-128, 127), (4096, 32 * 4096), 2),
+@pytest.mark.parametrize("name, quotient, den, bits_per_stage, rule", [
+    ("divider_int8", (-128, 127), (1, 2**20), 2, None),
+    ("divider_int8_bit_a_stage", (-128, 127), (1, 2**20), 1, None),
+    ("divider_int8_three_bits", (-128, 127), (1, 2**20), 3, None),
+    ("divider_narrow", (-3, 90), (5, 777), 2, None),
+    ("divider_single", (-7, -7), (1, 100), 2, None),
+    ("divider_softmax", (-128, 127), (4096, 32 * 4096), 2, None),
+    # r_ctx on the quotient, in the last stage: a random model's, a saturating one, a negative
+    # multiplier; with a last stage of one bit, and a single stage.
+    ("divider_rule", (-128, 127), (1, 2**20), 2, (348049, 18)),
+    ("divider_rule_saturating", (-128, 127), (4096, 32 * 4096), 2, (5, 1)),
+    ("divider_rule_negative", (-3, 90), (5, 777), 2, (-3, 1)),
+    ("divider_rule_single_stage", (-2, 1), (1, 100), 2, (-70, 0)),
 ])
-def test_divider(name, quotient, den, bits_per_stage):
+def test_divider(name, quotient, den, bits_per_stage, rule):
     num = (quotient[0] * den[1], (quotient[1] + 1) * den[1])
     params = {"num": list(num), "den": list(den), "quotient": list(quotient), "seed": 1, "count": 1500,
-              "bits_per_stage": bits_per_stage}
-    unit = FloorDivider(Bound(*num), Bound(*den), Bound(*quotient), bits_per_stage=bits_per_stage)
+              "bits_per_stage": bits_per_stage, "rule": rule}
+    unit = FloorDivider(Bound(*num), Bound(*den), Bound(*quotient), bits_per_stage=bits_per_stage,
+                        rule=Rule.to8(rule) if rule else None)
     run_bench(unit, name=name, test_module="sim.bench_divider", params=params)
 
 
@@ -39,3 +47,16 @@ def test_latency(quotient, bits_per_stage, latency):
     assert unit.latency == latency
     seen = one_item(unit, {"num": 1000, "den": 37}, read=lambda ctx: ctx.get(unit.o.payload.value))
     assert seen == [(latency, 1000 // 37)]
+
+
+@pytest.mark.parametrize("quotient, steps", [((-128, 127), 8), ((-3, 90), 7), ((-2, 1), 2)])
+def test_rule_costs_no_cycle(quotient, steps):
+    """With a rule, the divider leaves the rule's result on the quotient, as many cycles after
+    the division is taken as without one."""
+    rule = Rule.to8((348049, 18))
+    plain = FloorDivider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient))
+    unit = FloorDivider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient), rule=rule)
+    assert unit.steps == steps
+    num = 37 * max(quotient) - 5
+    seen = one_item(unit, {"num": num, "den": 37}, read=lambda ctx: ctx.get(unit.o.payload.value))
+    assert seen == [(plain.latency, rule.apply(num // 37))]

@@ -252,3 +252,48 @@ def test_constant_requant_chain(chain):
             x = rule.apply(x)
         want.append(x)
     assert got == want
+
+
+@pytest.mark.parametrize("bound, rule, entries", [
+    (Bound(0, 1812), Rule(7448, 13), 140),           # a random model's r_hid on its ReLU's range
+    (Bound(0, 2043), Rule(36382, 16), 229),
+    (Bound(-300, 300), Rule(-3, 1), 171),           # a negative multiplier: results fall
+    (Bound(0, 10), Rule(1, 0), 11),                 # nothing saturates: every input an entry
+    (Bound(5, 5), Rule(9, 2), 1),
+    (Bound(-1000, 1000), Rule(3, 2, relu=True, saturate=False), 1000),  # 0 up to 1, then rising
+])
+def test_requant_table(bound, rule, entries):
+    """Every value of the range through the table on Amaranth's simulator, one a cycle with the
+    output stalling now and then: each result the rule's, a cycle after it is taken; the table
+    holds only the inputs between the two runs of constant results."""
+    from amaranth.sim import Simulator
+    from hdl.requant import RequantTable
+    assert RequantTable.entries(bound, rule) == entries
+    unit = RequantTable(bound, rule, in_bits=bound.bits + 3, tag_shape=range(1 << 12))
+    values = list(range(bound.lo, bound.hi + 1))
+    rng = np.random.default_rng(entries)
+    got, latency = [], []
+
+    async def bench(ctx):
+        sent = cycle = 0
+        while len(got) < len(values):
+            ctx.set(unit.i.valid, sent < len(values))
+            if sent < len(values):
+                ctx.set(unit.i.payload.value, values[sent])
+                ctx.set(unit.i.payload.tag, sent % (1 << 12))
+            ready = bool(rng.random() > 0.2)
+            ctx.set(unit.o.ready, ready)
+            taken = sent < len(values) and ctx.get(unit.i.ready)
+            if ctx.get(unit.o.valid) and ready:
+                got.append((ctx.get(unit.o.payload.value), ctx.get(unit.o.payload.tag)))
+            if taken:
+                latency.append(cycle)
+                sent += 1
+            await ctx.tick()
+            cycle += 1
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [(rule.apply(x), n % (1 << 12)) for n, x in enumerate(values)]
