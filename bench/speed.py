@@ -30,7 +30,7 @@ from sim.cycles import floor_cycles, measure, measure_prefill
 
 from .c_decoder import CDecoder
 
-__all__ = ["report_shape", "benchmark_models", "fmax_for", "main"]
+__all__ = ["report_shape", "random_models", "benchmark_models", "fmax_for", "main"]
 
 
 # A CPU figure is the fastest of a few runs (for the C decoder, of every repetition of a whole
@@ -71,12 +71,15 @@ def report_shape(report):
     return Shape(**{field.name: report[field.name] for field in dataclasses.fields(Shape) if field.name in report})
 
 
+def random_models():
+    """The benchmark's two seed-size random models, by label."""
+    return {f"random seed-size #{seed}": random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
+            for seed in (1, 2)}
+
+
 def benchmark_models(shipped, label):
-    """The models benchmarked, by label: the shipped one, then two seed-size random ones."""
-    models = {label: shipped}
-    for seed in (1, 2):
-        models[f"random seed-size #{seed}"] = random_model(np.random.default_rng(seed), 32, 4, 32, 32, 32)
-    return models
+    """The models benchmarked, by label: the shipped one, then the random ones."""
+    return {label: shipped, **random_models()}
 
 
 def fmax_for(model, reports, default):
@@ -127,7 +130,7 @@ def main(argv=None):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.write_models:
         args.write_models.mkdir(parents=True, exist_ok=True)
-        for label, model in list(benchmark_models(None, "shipped").items())[1:]:
+        for label, model in random_models().items():
             path = args.write_models / (label.replace(" ", "_").replace("#", "") + ".json")
             model.save(path)
             print(f"{path}: {model.identity_line}")

@@ -121,8 +121,8 @@ class FloorDivider(wiring.Component):
             last also the rule's result, where there is a rule."""
             low = group[-1]
             rem, digit = trials[0], 0
-            last = low == 0 and self.rule is not None
-            if last:
+            applies_rule = low == 0 and self.rule is not None  # the last stage, with a rule
+            if applies_rule:
                 values = results(source, len(group))
                 value = values[0]
             for c, trial in enumerate(trials[1:], 1):
@@ -130,14 +130,14 @@ class FloorDivider(wiring.Component):
                 # after the subtraction's: the 85F's critical path).
                 fits = ~trial[-1]
                 rem, digit = Mux(fits, trial, rem), Mux(fits, c, digit)
-                if last:
+                if applies_rule:
                     value = Mux(fits, values[c], value)
             after = Signal(stage, name=f"bit{group[0]}")
             with m.If(advance):
                 m.d.sync += [after.valid.eq(source.valid), after.rem.eq(rem),
                              *(after.multiples[c - 1].eq(multiple) for c, multiple in zip(digits, multiples)),
                              after.quotient.eq(source.quotient | (digit << low)), after.tag.eq(source.tag)]
-                if last:
+                if applies_rule:
                     m.d.sync += after.value.eq(value)
             return after
 
