@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from int8model.bounds import Bound
 
-from .requant import Requant, RequantTable, Rule, multiplier_bits
+from .requant import Requant, ResultTable, Rule, multiplier_bits
 from .residual import Residual
 
 __all__ = ["Stage", "Epilogue", "hidden_rules"]
@@ -58,7 +58,8 @@ class Epilogue(wiring.Component):
 
     A stage skips the units it has nothing to do in: ``EMBED`` enters at the second requant,
     ``Q``, ``K`` and ``V`` leave after the first, and so does ``H`` where ``r_hid`` only
-    shifts (its two rules are then one, see :meth:`.Rule.then`). Of the values in flight at any time, all
+    shifts (its two rules are then one, see :meth:`.Rule.then`) or where the first requant
+    applies it by a table of its results. Of the values in flight at any time, all
     belong to one stage (a decode step makes each stage's values from the previous stage's),
     so the paths never meet.
 
@@ -67,8 +68,7 @@ class Epilogue(wiring.Component):
 
     Latency: the first requant 3 cycles (its sum in a stage of its own), the last 3 (also for a
     value wider than a multiplier's 18 bits): 6 cycles for ``O``, ``H`` and ``F``, 3 for
-    ``EMBED`` and the others (``H`` too, where it leaves early; 4 where ``r_hid`` is a
-    :class:`~.requant.RequantTable`); throughput one value per cycle.
+    ``EMBED`` and the others (``H`` too, where it leaves early); throughput one value per cycle.
     """
 
     def __init__(self, model, bounds):
@@ -77,14 +77,16 @@ class Epilogue(wiring.Component):
         # stage): one that makes 0, so that it widens neither the unit's output nor what follows.
         unused = Rule(0, 0, saturate=False)
         # Where ``r_hid`` only shifts (a trained model's (1, 3)) the hidden stage's two rules
-        # are one: it then leaves after the first requant, three cycles sooner. Else, where
-        # r_hid's results on the ReLU's range take few entries (a random model's), it is a
-        # table after the first requant: a cycle rather than the last requant's three.
+        # are one: it then leaves after the first requant, three cycles sooner. So it does
+        # where r_hid's results on the ReLU's range take few entries (a random model's): the
+        # first requant applies r_hid by a table of them, in its last stage.
         hidden_first, hidden_last = (hidden_rules(model) + [unused])[:2]
         relu = hidden_first.result_bound(b["acc_h"])
-        self.hidden_rule = None
-        if hidden_last is not unused and RequantTable.entries(relu, hidden_last) <= RequantTable.LIMIT:
-            self.hidden_rule, hidden_last = hidden_last, unused
+        self.hidden_by_table = hidden_last is not unused and \
+            ResultTable.entries(relu, hidden_last) <= ResultTable.LIMIT
+        followed_by = [hidden_last if self.hidden_by_table and s == Stage.H else None for s in Stage]
+        if self.hidden_by_table:
+            hidden_last = unused
         first = {
             Stage.EMBED: unused, Stage.Q: Rule.to8(r["M_q"]), Stage.K: Rule.to8(r["M_k"]),
             Stage.V: Rule.to8(r["M_v"]), Stage.O: Rule.rq(r["M_o"]),
@@ -96,8 +98,7 @@ class Epilogue(wiring.Component):
             Stage.F: Rule.to8(r["r_out"]),
         }
         # The stages that leave after the first requant.
-        folded = hidden_last is unused and self.hidden_rule is None
-        self.early = (Stage.Q, Stage.K, Stage.V) + ((Stage.H,) if folded else ())
+        self.early = (Stage.Q, Stage.K, Stage.V) + ((Stage.H,) if hidden_last is unused else ())
         residual_rules = {
             Stage.EMBED: (None, "x"), Stage.O: ("x", "s1"), Stage.F: ("s1", None),
         }
@@ -123,14 +124,12 @@ class Epilogue(wiring.Component):
         carried = data.StructLayout({"column": range(columns), "multiplier": signed(multiplier_bits(middle_rules))})
         self.first = Requant([first_in[s] for s in stages], [first[s] for s in stages], tag_shape=carried,
                              registered_input=True, addend_bounds=[adds[s] for s in stages],
-                             multiplier_input=True, sum_stage=True)
+                             multiplier_input=True, sum_stage=True, followed_by=followed_by)
         middle_bound = _union(b["x"], b["s1"], b["s2"], b["relu"], b["q"], b["k"], b["v"], self.first.out_bound)
         self.residual = Residual(stored, [residual_rules.get(s, (None, None)) for s in stages], columns,
                                  middle_bound.bits)
         self.last = Requant(middle_bound, middle_rules, tag_shape=range(columns),
                             multiplier_input=True)
-        self.hidden_table = None if self.hidden_rule is None else \
-            RequantTable(relu, self.hidden_rule, in_bits=self.first.out_bits, tag_shape=range(columns))
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "value": signed(self.first.in_bits), "tag": range(columns), "select": range(len(stages)),
@@ -150,9 +149,6 @@ class Epilogue(wiring.Component):
         m.submodules.residual = self.residual
         m.submodules.last = self.last
         first, residual, last = self.first, self.residual, self.last
-        table = self.hidden_table
-        if table is not None:
-            m.submodules.hidden_table = table
 
         def carry(into, source, tag=None):
             # Field by field: the units' values differ in width.
@@ -174,20 +170,10 @@ class Epilogue(wiring.Component):
         # The first requant's output: the early stages out, the others on to the last requant.
         select = first.o.payload.select
         leaves = Cat(select == stage for stage in self.early).any()
-        # Not early, the hidden stage goes on to its table where it has one, the others to the
-        # last requant.
-        onward = last.i.ready
-        to_last = ~leaves
-        if table is not None:
-            tabled = select == Stage.H
-            onward = Mux(tabled, table.i.ready, last.i.ready)
-            to_last = ~leaves & ~tabled
-            m.d.comb += [table.i.valid.eq(first.o.valid & tabled), table.i.payload.value.eq(first.o.payload.value),
-                         table.i.payload.tag.eq(first.o.payload.tag.column)]
-        m.d.comb += first.o.ready.eq(Mux(leaves, self.o.ready, onward))
+        m.d.comb += first.o.ready.eq(Mux(leaves, self.o.ready, last.i.ready))
         with m.If(first.o.valid):
             m.d.comb += [*carry(last.i.payload, first.o.payload, first.o.payload.tag.column),
-                         last.i.payload.multiplier.eq(first.o.payload.tag.multiplier), last.i.valid.eq(to_last)]
+                         last.i.payload.multiplier.eq(first.o.payload.tag.multiplier), last.i.valid.eq(~leaves)]
         with m.Else():
             m.d.comb += [*carry(last.i.payload, self.i.payload), last.i.valid.eq(self.i.valid & embed_in),
                          last.i.payload.multiplier.eq(last.multiplier_of(Stage.EMBED))]
@@ -199,18 +185,10 @@ class Epilogue(wiring.Component):
             residual.store_value.eq(last.i.payload.value),
             residual.store_valid.eq(last.i.valid & last.i.ready),
         ]
-        # Out: of the three sources, at most one holds a value (all in flight are one stage's).
+        # Out: of the two sources, at most one holds a value (all in flight are one stage's).
         with m.If(first.o.valid & leaves):
             m.d.comb += [*carry(self.o.payload, first.o.payload, first.o.payload.tag.column), self.o.valid.eq(1)]
-        if table is not None:
-            with m.Elif(table.o.valid):
-                m.d.comb += [self.o.payload.value.eq(table.o.payload.value), self.o.payload.tag.eq(table.o.payload.tag),
-                             self.o.payload.select.eq(Stage.H), self.o.valid.eq(1)]
         with m.Else():
             m.d.comb += [*carry(self.o.payload, last.o.payload), self.o.valid.eq(last.o.valid)]
-        if table is None:
-            m.d.comb += last.o.ready.eq(self.o.ready & ~(first.o.valid & leaves))
-        else:
-            m.d.comb += [table.o.ready.eq(self.o.ready & ~(first.o.valid & leaves)),
-                         last.o.ready.eq(self.o.ready & ~(first.o.valid & leaves) & ~table.o.valid)]
+        m.d.comb += last.o.ready.eq(self.o.ready & ~(first.o.valid & leaves))
         return m

@@ -9,7 +9,7 @@ from int8model.bounds import Bound, signed_bits
 from .fifo import SkidBuffer
 from .product import operand_terms, product_terms
 
-__all__ = ["Rule", "Requant", "RequantTable", "multiplier_bits"]
+__all__ = ["Rule", "Requant", "ResultTable", "multiplier_bits"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,12 @@ class Requant(wiring.Component):
         own, and the shift and the clamps follow in the next stage: one cycle more, for a
         requant whose sum lies far from its multipliers (the route, the sum, the shift and the
         clamps in one cycle were the 85F's critical path in the epilogue).
+    followed_by : list of :class:`Rule` or ``None``, one per rule
+        Where given, that rule is applied to the rule's results as well, in the same last
+        stage, by a :class:`ResultTable` read from the sum's bits: ``then(rule(x))`` at no cost
+        in cycles. Only after a rule that does not saturate (its results are then the shifted
+        sum's, or 0 where the ReLU takes them), and only where the table's entries are at most
+        :attr:`ResultTable.LIMIT`.
 
     Ports
     -----
@@ -137,7 +143,7 @@ class Requant(wiring.Component):
     """
 
     def __init__(self, in_bound, rules, *, tag_shape=unsigned(0), registered_input=False, addend_bounds=None,
-                 multiplier_input=False, sum_stage=False):
+                 multiplier_input=False, sum_stage=False, followed_by=None):
         self.registered_input = registered_input
         self.sum_stage = sum_stage
         self.rules = list(rules)
@@ -157,6 +163,18 @@ class Requant(wiring.Component):
         addends = self.addend_bounds or [None] * len(self.rules)
         self.product_bits = max(rule.sum_bound(b, a).bits for rule, b, a in zip(self.rules, rule_bounds, addends))
         results = [rule.result_bound(b, a) for rule, b, a in zip(self.rules, rule_bounds, addends)]
+        self.tables = [None] * len(self.rules)
+        for index, then in enumerate(followed_by or []):
+            if then is None:
+                continue
+            if self.rules[index].saturate:
+                raise ValueError(f"rule {index} saturates: no table can follow it")
+            entries = ResultTable.entries(results[index], then)
+            if entries > ResultTable.LIMIT:
+                raise ValueError(f"rule {index}'s table would take {entries} entries, more than "
+                                 f"{ResultTable.LIMIT}")
+            self.tables[index] = ResultTable(results[index], then)
+            results[index] = self.tables[index].out_bound
         self.out_bound = Bound(min(r.lo for r in results), max(r.hi for r in results))
         self.out_bits = self.out_bound.bits
         self.multiplier_bits = multiplier_bits(self.rules)
@@ -265,6 +283,14 @@ class Requant(wiring.Component):
         to_high = Array(Const(rule.saturate) & ~negative & product[rule.shift + 7:].any() for rule in rules)[select2]
         to_low = Array(Const(rule.saturate) & negative & ~product[rule.shift + 7:].all() for rule in rules)[select2]
         result = Mux(to_zero, 0, Mux(to_high, 127, Mux(to_low, -128, shifted)))
+        if any(self.tables):
+            # A rule followed by a table reads it from its own shifted sum (wiring, as its shift
+            # is a constant). Under a ReLU the table's first entry is at least 0, so the negative
+            # sums that the ReLU makes 0 fall below it, with 0's result.
+            tabled = Array(Const(table is not None) for table in self.tables)[select2]
+            looked_up = Array(Const(0) if table is None else table.lookup(product >> rule.shift)
+                              for rule, table in zip(rules, self.tables))[select2]
+            result = Mux(tabled, looked_up, result)
         m.submodules.slice = out = SkidBuffer(self.o.payload.shape())
         wiring.connect(m, out.o, wiring.flipped(self.o))
         m.d.comb += [
@@ -281,39 +307,23 @@ class Requant(wiring.Component):
         return m
 
 
-class RequantTable(wiring.Component):
-    """One :class:`Rule` applied by a table of its results, for inputs of a narrow range: a
-    cycle, no multiplier.
+class ResultTable:
+    """A :class:`Rule` applied by a table of its results, for inputs of a narrow range: a LUT
+    ROM and a comparison at each end, no multiplier.
 
-    Of the inputs in ``in_bound``, those below ``first`` all give the same result, and so do
-    those above ``last``: the table holds the results of ``first .. last`` (a LUT ROM), and the
-    two ends are judged by a comparison each. A saturating rule on a small range (the hidden
-    stage's ``r_hid`` on the ReLU's output) leaves few entries between its two constant runs.
-    :meth:`entries` says how many a rule would take; the epilogue uses one where that is at most
-    ``LIMIT``.
-
-    Ports
-    -----
-    i : ``In(stream.Signature(StructLayout({"value", "tag"})))``
-        ``value`` as wide as ``in_bits`` (any width: values outside ``in_bound`` never come).
-    o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``, from registers.
-
-    Latency 1 cycle, throughput one value per cycle.
+    Of the inputs in ``in_bound``, those up to ``first`` all give the same result, and so do
+    those from ``last`` on: the table holds the results between (a saturating rule on a small
+    range, the hidden stage's ``r_hid`` on the ReLU's output, leaves few entries between its two
+    constant runs). :meth:`entries` says how many a rule would take; :class:`Requant` takes
+    one, in its last stage, where that is at most ``LIMIT``.
     """
 
     LIMIT = 256  # entries: each result bit a function of eight bits, a few LUT4s
 
-    def __init__(self, in_bound, rule, *, in_bits=None, tag_shape=unsigned(0)):
+    def __init__(self, in_bound, rule):
         self.in_bound, self.rule = in_bound, rule
         self.first, self.last = self.span(in_bound, rule)
-        self.table = [rule.apply(x) for x in range(self.first, self.last + 1)]
         self.out_bound = rule.result_bound(in_bound)
-        self.in_bits = in_bits or in_bound.bits
-        self.tag_shape = tag_shape
-        super().__init__({
-            "i": In(stream.Signature(data.StructLayout({"value": signed(self.in_bits), "tag": tag_shape}))),
-            "o": Out(stream.Signature(data.StructLayout({"value": signed(self.out_bound.bits), "tag": tag_shape}))),
-        })
 
     @staticmethod
     def span(in_bound, rule):
@@ -336,25 +346,18 @@ class RequantTable(wiring.Component):
         first, last = cls.span(in_bound, rule)
         return last - first + 1
 
-    def elaborate(self, platform):
-        m = Module()
-        # The input's own range is enough to judge it by (wider inputs never come).
-        value = self.i.payload.value[:min(self.in_bits, self.in_bound.bits)].as_signed()
-        bits = self.out_bound.bits
-        # Indexed by the input's low bits, not by its distance from `first` (a subtraction
-        # before the table took a carry chain): as many as tell the span's inputs apart.
-        index_bits = max(1, (len(self.table) - 1).bit_length())
+    def lookup(self, value):
+        """The rule's result for ``value`` (a value of ``in_bound``, at any width), as an
+        expression. The table is indexed by the value's low bits, not by its distance from
+        ``first`` (a subtraction before the table took a carry chain): as many bits as tell the
+        span's inputs apart."""
+        index_bits = max(1, (self.last - self.first).bit_length())
         entries = [0] * (1 << index_bits)
-        for x, result in zip(range(self.first, self.last + 1), self.table):
-            entries[x % len(entries)] = result
-        table = Array(Const(v, signed(bits)) for v in entries)
-        result = Mux(value <= self.first, self.rule.apply(self.in_bound.lo),
-                     Mux(value >= self.last, self.rule.apply(self.in_bound.hi), table[value[:index_bits]]))
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.i.ready):
-            m.d.sync += [self.o.valid.eq(self.i.valid), self.o.payload.value.eq(result),
-                         self.o.payload.tag.eq(self.i.payload.tag)]
-        return m
+        for x in range(self.first, self.last + 1):
+            entries[x % len(entries)] = self.rule.apply(x)
+        table = Array(Const(v, signed(self.out_bound.bits)) for v in entries)
+        return Mux(value <= self.first, self.rule.apply(self.in_bound.lo),
+                   Mux(value >= self.last, self.rule.apply(self.in_bound.hi), table[value[:index_bits]]))
 
 
 def signed_digits(value):

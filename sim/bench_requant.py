@@ -26,11 +26,13 @@ def build(params):
     bounds = params["in_bound"]
     in_bound = rule_bounds(params) if isinstance(bounds[0], list) else Bound(*bounds)
     addends = params.get("addend_bounds")
+    followed_by = params.get("followed_by")
     return Requant(in_bound, [Rule(*r) for r in params["rules"]],
                    registered_input=params.get("registered_input", False),
                    multiplier_input=params.get("multiplier_input", False),
                    sum_stage=params.get("sum_stage", False),
-                   addend_bounds=None if addends is None else [Bound(*a) if a else None for a in addends])
+                   addend_bounds=None if addends is None else [Bound(*a) if a else None for a in addends],
+                   followed_by=None if followed_by is None else [Rule(*r) if r else None for r in followed_by])
 
 
 def expected(rule, value, addend=0):
@@ -72,5 +74,8 @@ async def requant_matches_golden(dut):
     for item, out in zip(items, got):
         rule = unit.rules[item.get("select", 0)]
         want = expected(rule, item["value"], item.get("addend", 0))
+        table = unit.tables[item.get("select", 0)]
+        if table is not None:
+            want = expected(table.rule, want)
         assert out["value"] == want, (f"{rule} of {item['value']} (adding {item.get('addend', 0)}): "
                                       f"got {out['value']}, want {want}")

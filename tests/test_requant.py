@@ -17,15 +17,16 @@ EDGE_RULES = [
 
 
 def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_bounds=None, multiplier_input=False,
-        sum_stage=False, platform=None):
+        sum_stage=False, followed_by=None, platform=None):
     bounds = [[b.lo, b.hi] for b in in_bound] if isinstance(in_bound, list) else [in_bound.lo, in_bound.hi]
     params = {"in_bound": bounds,
               "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
               "seed": seed, "count": count, "registered_input": registered_input,
               "addend_bounds": None if addend_bounds is None else [a and [a.lo, a.hi] for a in addend_bounds],
-              "multiplier_input": multiplier_input, "sum_stage": sum_stage}
+              "multiplier_input": multiplier_input, "sum_stage": sum_stage,
+              "followed_by": followed_by and [r and [r.multiplier, r.shift, r.relu, r.saturate] for r in followed_by]}
     unit = Requant(in_bound, rules, registered_input=registered_input, addend_bounds=addend_bounds,
-                   multiplier_input=multiplier_input, sum_stage=sum_stage)
+                   multiplier_input=multiplier_input, sum_stage=sum_stage, followed_by=followed_by)
     run_bench(unit, name=name,
               test_module="sim.bench_requant", params=params, platform=platform)
 
@@ -254,46 +255,87 @@ def test_constant_requant_chain(chain):
     assert got == want
 
 
-@pytest.mark.parametrize("bound, rule, entries", [
-    (Bound(0, 1812), Rule(7448, 13), 140),           # a random model's r_hid on its ReLU's range
-    (Bound(0, 2043), Rule(36382, 16), 229),
-    (Bound(-300, 300), Rule(-3, 1), 171),           # a negative multiplier: results fall
-    (Bound(0, 10), Rule(1, 0), 11),                 # nothing saturates: every input an entry
-    (Bound(5, 5), Rule(9, 2), 1),
-    (Bound(-1000, 1000), Rule(3, 2, relu=True, saturate=False), 1000),  # 0 up to 1, then rising
+IDENTITY = Rule(1, 0, saturate=False)
+
+
+@pytest.mark.parametrize("bound, first, then, entries", [
+    (Bound(0, 1812), IDENTITY, Rule(7448, 13), 140),    # a random model's r_hid on its ReLU's range
+    (Bound(0, 2043), IDENTITY, Rule(36382, 16), 229),
+    (Bound(-300, 300), IDENTITY, Rule(-3, 1), 171),     # a negative multiplier: results fall
+    (Bound(0, 10), IDENTITY, Rule(1, 0), 11),           # nothing saturates: every input an entry
+    (Bound(5, 5), IDENTITY, Rule(9, 2), 1),
+    (Bound(-200, 200), IDENTITY, Rule(3, 2, relu=True, saturate=False), 200),  # 0 up to 1, then rising
+    (Bound(-200_000, 200_000), Rule(19113, 19, relu=True, saturate=False), Rule(7448, 13), None),  # M_h, r_hid
+    (Bound(-20_000, 20_000), Rule(3, 8, saturate=False), Rule(-5, 2), None),  # negative results into the table
 ])
-def test_requant_table(bound, rule, entries):
-    """Every value of the range through the table on Amaranth's simulator, one a cycle with the
-    output stalling now and then: each result the rule's, a cycle after it is taken; the table
-    holds only the inputs between the two runs of constant results."""
+def test_followed_by_a_table(bound, first, then, entries):
+    """A rule followed by a table of another's results, beside a rule with none, on Amaranth's
+    simulator, the output stalling now and then: each result the two rules' one after the other,
+    as many cycles after it is taken as without the table. The table holds only the inputs
+    between the two runs of constant results."""
     from amaranth.sim import Simulator
-    from hdl.requant import RequantTable
-    assert RequantTable.entries(bound, rule) == entries
-    unit = RequantTable(bound, rule, in_bits=bound.bits + 3, tag_shape=range(1 << 12))
+    from hdl.requant import ResultTable
+    middle = first.result_bound(bound)
+    if entries is not None:
+        assert ResultTable.entries(middle, then) == entries
+    other = Rule(5, 2)
+    unit = Requant(bound, [first, other], followed_by=[then, None], tag_shape=range(1 << 12))
+    tabled, plain_results = then.result_bound(middle), other.result_bound(bound)
+    assert unit.out_bound == Bound(min(tabled.lo, plain_results.lo), max(tabled.hi, plain_results.hi))
+    plain = Requant(bound, [first, other], tag_shape=range(1 << 12))
+    assert one_item(unit, {"value": bound.hi, "select": 0}) == one_item(plain, {"value": bound.hi, "select": 0})
+    rng = np.random.default_rng(bound.hi)
     values = list(range(bound.lo, bound.hi + 1))
-    rng = np.random.default_rng(entries)
-    got, latency = [], []
+    if len(values) > 6000:  # every input of the table's span and past it, and some far away
+        span = [x for x in range(-6000, 6000) if middle.lo <= first.apply(x) <= min(middle.hi, 4 * middle.lo + 4000)]
+        values = [bound.lo, bound.hi] + span + rng.integers(bound.lo, bound.hi + 1, 2000).tolist()
+    items = [(x, int(rng.integers(2))) for x in values]
+    got = []
 
     async def bench(ctx):
-        sent = cycle = 0
-        while len(got) < len(values):
-            ctx.set(unit.i.valid, sent < len(values))
-            if sent < len(values):
-                ctx.set(unit.i.payload.value, values[sent])
+        sent = 0
+        while len(got) < len(items):
+            ctx.set(unit.i.valid, sent < len(items))
+            if sent < len(items):
+                ctx.set(unit.i.payload.value, items[sent][0])
+                ctx.set(unit.i.payload.select, items[sent][1])
                 ctx.set(unit.i.payload.tag, sent % (1 << 12))
             ready = bool(rng.random() > 0.2)
             ctx.set(unit.o.ready, ready)
-            taken = sent < len(values) and ctx.get(unit.i.ready)
+            taken = sent < len(items) and ctx.get(unit.i.ready)
             if ctx.get(unit.o.valid) and ready:
                 got.append((ctx.get(unit.o.payload.value), ctx.get(unit.o.payload.tag)))
-            if taken:
-                latency.append(cycle)
-                sent += 1
+            sent += taken
             await ctx.tick()
-            cycle += 1
 
     sim = Simulator(unit)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert got == [(rule.apply(x), n % (1 << 12)) for n, x in enumerate(values)]
+    want = [(then.apply(first.apply(x)) if select == 0 else other.apply(x), n % (1 << 12))
+            for n, (x, select) in enumerate(items)]
+    assert got == want
+
+
+def test_a_table_follows_only_a_rule_that_does_not_saturate():
+    with pytest.raises(ValueError, match="rule 0 saturates"):
+        Requant(Bound(0, 100), [Rule(1, 0)], followed_by=[Rule(3, 2)])
+    with pytest.raises(ValueError, match="rule 1's table would take 1001 entries, more than 256"):
+        Requant(Bound(0, 1000), [Rule(1, 0), IDENTITY], followed_by=[None, Rule(1, 0, saturate=False)])
+
+
+def test_followed_by_a_table_on_icarus():
+    """The rules of the epilogue's first requant for a random model, ``M_h``'s followed by
+    ``r_hid``'s table, against the golden model. ``M_h``'s inputs are drawn from around the
+    table's span (a few hundredths of the model's range), the others' from all of it."""
+    from hdl.epilogue import Epilogue, Stage
+    from int8model import analyse
+    model = random_model(np.random.default_rng(1), 32, 4, 32, 32, 32)
+    unit = Epilogue(model, analyse(model)).first
+    assert [t is not None for t in unit.tables] == [stage == Stage.H for stage in Stage]
+    hidden, table = unit.rules[Stage.H], unit.tables[Stage.H]
+    bounds = [unit.in_bound] * len(unit.rules)
+    one = 1 << hidden.shift
+    bounds[Stage.H] = Bound(-one, (table.last + 1) * one // hidden.multiplier + one)
+    run("requant_followed_by_a_table", bounds, unit.rules, seed=12, count=1500,
+        followed_by=[t and t.rule for t in unit.tables])
