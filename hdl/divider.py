@@ -86,9 +86,13 @@ class FloorDivider(wiring.Component):
         multiple_bits = Bound(0, digits[-1] * self.den_bound.hi).bits
         den = self.i.payload.den
 
-        def times(k):  # k · den as shifted copies: Yosys would spend a DSP block on a product
-            copies = sum((den << i for i in range(abs(k).bit_length()) if abs(k) >> i & 1), Const(0))
-            return -copies if k < 0 else copies
+        def times(k):  # k · den (k ≥ 0) as shifted copies: Yosys would spend a DSP block on a product
+            return sum((den << i for i in range(k.bit_length()) if k >> i & 1), Const(0))
+
+        def plus_times(value, k):
+            # A subtraction where k < 0, not the sum with a negation: that took a carry chain
+            # of its own before the sum's (the 85F's critical path, in the first stage).
+            return value - times(-k) if k < 0 else value + times(k)
         stage = data.StructLayout({
             "valid": 1, "rem": signed(self.rem_bits + 1),
             "multiples": data.ArrayLayout(signed(multiple_bits), len(digits)),
@@ -145,13 +149,13 @@ class FloorDivider(wiring.Component):
         entry = Signal(stage, name="entry")  # the input, as a stage (not registered)
         m.d.comb += [entry.valid.eq(self.i.valid), entry.quotient.eq(0), entry.tag.eq(self.i.payload.tag)]
         if self.fused:
-            previous = digit_stage(groups[0], [self.i.payload.num + times(k) for k in self.first_trials], entry,
+            previous = digit_stage(groups[0], [plus_times(self.i.payload.num, k) for k in self.first_trials], entry,
                                    [times(c) for c in digits])
             groups = groups[1:]
         else:
             previous = Signal(stage, name="offset")
             with m.If(advance):
-                m.d.sync += [previous.valid.eq(self.i.valid), previous.rem.eq(self.i.payload.num + times(offset)),
+                m.d.sync += [previous.valid.eq(self.i.valid), previous.rem.eq(plus_times(self.i.payload.num, offset)),
                              *(previous.multiples[c - 1].eq(times(c)) for c in digits),
                              previous.quotient.eq(0), previous.tag.eq(self.i.payload.tag)]
         for group in groups:
