@@ -124,18 +124,21 @@ class FloorDivider(wiring.Component):
             (rem − c · 2^low · den, for rem < 2^(low + width) · den) is not negative; the
             last also the rule's result, where there is a rule."""
             low = group[-1]
-            rem, digit = trials[0], 0
             applies_rule = low == 0 and self.rule is not None  # the last stage, with a rule
+            # A trial fits where its sign bit is clear (not a comparison with 0, which Yosys
+            # builds as a carry chain after the subtraction's: the 85F's critical path).
+            fits = [~trial[-1] for trial in trials]
+
+            def pick(choices, lo=0, hi=len(trials) - 1):
+                # The trials fit up to the digit and no further, so a search halving the digits
+                # finds it: log2 multiplexers deep after the subtractions, not one per digit.
+                if lo == hi:
+                    return choices[lo]
+                mid = (lo + hi + 1) // 2
+                return Mux(fits[mid], pick(choices, mid, hi), pick(choices, lo, mid - 1))
+            rem, digit = pick(trials), pick([Const(c, len(group)) for c in range(len(trials))])
             if applies_rule:
-                values = results(source, len(group))
-                value = values[0]
-            for c, trial in enumerate(trials[1:], 1):
-                # Its sign bit, not a comparison with 0 (which Yosys builds as a carry chain
-                # after the subtraction's: the 85F's critical path).
-                fits = ~trial[-1]
-                rem, digit = Mux(fits, trial, rem), Mux(fits, c, digit)
-                if applies_rule:
-                    value = Mux(fits, values[c], value)
+                value = pick(results(source, len(group)))
             after = Signal(stage, name=f"bit{group[0]}")
             with m.If(advance):
                 m.d.sync += [after.valid.eq(source.valid), after.rem.eq(rem),
