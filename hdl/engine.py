@@ -12,7 +12,7 @@ from int8model.golden import projections
 from .argmax import ArgMax
 from .attention import Attention
 from .epilogue import Epilogue, Stage, hidden_rules
-from .fifo import RegisterSlice, StreamFIFO
+from .fifo import RegisterSlice, SkidBuffer, StreamFIFO
 from .kv_cache import KVCache
 from .matvec import MatVec
 from .requant import Rule
@@ -246,8 +246,14 @@ class Engine(wiring.Component):
                          Signal.like(matvec.hidden_vector, name="probe_hidden_payload").eq(matvec.hidden_vector)]
 
         # The epilogues' inputs, decided below, through a register: the decisions are logic
-        # on another unit's output, the epilogues start with a multiplier.
-        m.submodules.routed = routed = RegisterSlice(data.ArrayLayout(epilogues[0].i.payload.shape(), ways))
+        # on another unit's output, the epilogues start with a multiplier. Before it, a skid
+        # buffer, so that the epilogues' readiness stops at its register and does not run on
+        # through the routing into the lanes' output and the embedding (the shipped model's
+        # critical path on the 85F).
+        routed_shape = data.ArrayLayout(epilogues[0].i.payload.shape(), ways)
+        m.submodules.routing = routing = SkidBuffer(routed_shape)
+        m.submodules.routed = routed = RegisterSlice(routed_shape)
+        wiring.connect(m, routing.o, routed.i)
 
         # -- Embedding: x[e] = EinA[tok][e] + PinA[pos][e], one word of columns per cycle.
         # Each row takes a power of two of words, so that a row's address is a shift of the
@@ -285,7 +291,7 @@ class Engine(wiring.Component):
         embed_advance = Signal()
         m.d.comb += [
             embed_out_valid.eq(embedding & embed_held),
-            embed_advance.eq(~embed_out_valid | routed.i.ready),
+            embed_advance.eq(~embed_out_valid | routing.i.ready),
             token_read.en.eq(embed_advance),
             position_read.en.eq(embed_advance),
             token_read.addr.eq(token_base + embed_word),
@@ -349,7 +355,7 @@ class Engine(wiring.Component):
             ]
         m.d.comb += routed.o.ready.eq(epilogues[0].i.ready)
         for k in range(ways):
-            into = routed.i.payload[k]
+            into = routing.i.payload[k]
             column = product.column + k
             qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
             qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
@@ -357,7 +363,7 @@ class Engine(wiring.Component):
             embed_column = embed_tag_column + k
             with m.If(embed_out_valid):
                 m.d.comb += [
-                    routed.i.valid.eq(1),
+                    routing.i.valid.eq(1),
                     into.value.eq(token_held[k] + position_held[k]),
                     into.select.eq(Stage.EMBED),
                     into.multiplier.eq(0),  # EMBED skips the first requant
@@ -365,7 +371,7 @@ class Engine(wiring.Component):
                 ]
             with m.Else():
                 m.d.comb += [
-                    routed.i.valid.eq(matvec.o.valid),
+                    routing.i.valid.eq(matvec.o.valid),
                     into.value.eq(product.acc[k]),
                     into.select.eq(stage_of[product.matrix]),
                     into.multiplier.eq(epilogues[k].first_multiplier(stage_of[product.matrix])),
@@ -373,7 +379,7 @@ class Engine(wiring.Component):
                         k >= product.count, scratch,
                         Mux(product.matrix == Matrix.QKV, qkv_column, column))),
                 ]
-        m.d.comb += matvec.o.ready.eq(routed.i.ready & ~embed_out_valid)
+        m.d.comb += matvec.o.ready.eq(routing.i.ready & ~embed_out_valid)
 
         stage = epilogues[0].o.payload.select
         # Taken by the collectors below (q, k, v), or, with the xi table, dropped (EMBED).

@@ -1,6 +1,6 @@
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -347,17 +347,37 @@ class ResultTable:
         return last - first + 1
 
     def lookup(self, value):
-        """The rule's result for ``value`` (a value of ``in_bound``, at any width), as an
+        """The rule's result for ``value`` (a signed value of ``in_bound``, at any width), as an
         expression. The table is indexed by the value's low bits, not by its distance from
         ``first`` (a subtraction before the table took a carry chain): as many bits as tell the
-        span's inputs apart."""
+        span's inputs apart. The ends are judged by logic on the value's bits, not by
+        comparisons, which Yosys builds as carry chains (the 85F's critical path, with the
+        table's multiplexers after it)."""
         index_bits = max(1, (self.last - self.first).bit_length())
         entries = [0] * (1 << index_bits)
         for x in range(self.first, self.last + 1):
             entries[x % len(entries)] = self.rule.apply(x)
         table = Array(Const(v, signed(self.out_bound.bits)) for v in entries)
-        return Mux(value <= self.first, self.rule.apply(self.in_bound.lo),
-                   Mux(value >= self.last, self.rule.apply(self.in_bound.hi), table[value[:index_bits]]))
+        return Mux(at_most(value, self.first), self.rule.apply(self.in_bound.lo),
+                   Mux(~at_most(value, self.last - 1), self.rule.apply(self.in_bound.hi),
+                       table[value[:index_bits]]))
+
+
+def at_most(value, constant):
+    """``value <= constant`` for a signed value, as and/or logic on its bits from the lowest
+    up (no carry chain: logic that LUT mapping balances)."""
+    width = len(value)
+    if constant >= (1 << width - 1) - 1:
+        return Const(1)
+    if constant < -(1 << width - 1):
+        return Const(0)
+    # As unsigned numbers, both offset by 2**(width − 1): the sign bit inverted.
+    unsigned_value, unsigned_constant = Cat(value[:-1], ~value[-1]), constant + (1 << width - 1)
+    result = Const(1)  # the bits below the lowest, equal
+    for at in range(width):
+        bit = unsigned_value[at]
+        result = (~bit | result) if unsigned_constant >> at & 1 else (~bit & result)
+    return result
 
 
 def signed_digits(value):

@@ -317,6 +317,35 @@ def test_followed_by_a_table(bound, first, then, entries):
     assert got == want
 
 
+def test_at_most_a_constant_as_logic():
+    """The table's ends, judged without a comparison: every value of a few widths against
+    constants inside, at and past each end of their range."""
+    from amaranth.hdl import Module, Signal, signed
+    from amaranth.sim import Simulator
+    from hdl.requant import at_most
+    m = Module()
+    cases = []
+    for width in (1, 2, 5):
+        value = Signal(signed(width), name=f"value{width}")
+        for constant in range(-(1 << width) - 1, (1 << width) + 2):
+            out = Signal(name=f"at_most_{width}_{constant + 64}")
+            m.d.comb += out.eq(at_most(value, constant))
+            cases.append((width, value, constant, out))
+    wrong = []
+
+    async def bench(ctx):
+        for width, value, constant, out in cases:
+            for x in range(-(1 << width - 1), 1 << width - 1):
+                ctx.set(value, x)
+                if ctx.get(out) != (x <= constant):
+                    wrong.append((width, x, constant))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not wrong
+
+
 def test_a_table_follows_only_a_rule_that_does_not_saturate():
     with pytest.raises(ValueError, match="rule 0 saturates"):
         Requant(Bound(0, 100), [Rule(1, 0)], followed_by=[Rule(3, 2)])
