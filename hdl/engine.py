@@ -287,11 +287,15 @@ class Engine(wiring.Component):
         embed_fetched_column = Signal(range(words * ways + 1))
         embed_tag_column = Signal(range(words * ways + 1))
         embedding = Signal()
+        # The embedding's words leave through a skid buffer of their own: its readiness is a
+        # register beside the embedding's, where the routing's, across the part, took a round
+        # trip into the embedding's enables (the 85F's critical path).
+        m.submodules.embedded = embedded = SkidBuffer(routed_shape)
         embed_out_valid = Signal()
         embed_advance = Signal()
         m.d.comb += [
             embed_out_valid.eq(embedding & embed_held),
-            embed_advance.eq(~embed_out_valid | routing.i.ready),
+            embed_advance.eq(~embed_out_valid | embedded.i.ready),
             token_read.en.eq(embed_advance),
             position_read.en.eq(embed_advance),
             token_read.addr.eq(token_base + embed_word),
@@ -361,14 +365,15 @@ class Engine(wiring.Component):
             qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
             stage_of = Array([qkv_stage, Stage.O, Stage.H, Stage.F, Stage.F])
             embed_column = embed_tag_column + k
-            with m.If(embed_out_valid):
-                m.d.comb += [
-                    routing.i.valid.eq(1),
-                    into.value.eq(token_held[k] + position_held[k]),
-                    into.select.eq(Stage.EMBED),
-                    into.multiplier.eq(0),  # EMBED skips the first requant
-                    into.tag.eq(Mux(embed_column < d, embed_column, scratch)),
-                ]
+            word = embedded.i.payload[k]
+            m.d.comb += [
+                word.value.eq(token_held[k] + position_held[k]),
+                word.select.eq(Stage.EMBED),
+                word.multiplier.eq(0),  # EMBED skips the first requant
+                word.tag.eq(Mux(embed_column < d, embed_column, scratch)),
+            ]
+            with m.If(embedded.o.valid):
+                m.d.comb += [routing.i.valid.eq(1), into.eq(embedded.o.payload[k])]
             with m.Else():
                 m.d.comb += [
                     routing.i.valid.eq(matvec.o.valid),
@@ -379,7 +384,11 @@ class Engine(wiring.Component):
                         k >= product.count, scratch,
                         Mux(product.matrix == Matrix.QKV, qkv_column, column))),
                 ]
-        m.d.comb += matvec.o.ready.eq(routing.i.ready & ~embed_out_valid)
+        m.d.comb += [
+            embedded.i.valid.eq(embed_out_valid),
+            embedded.o.ready.eq(routing.i.ready),
+            matvec.o.ready.eq(routing.i.ready & ~embedded.o.valid),
+        ]
 
         stage = epilogues[0].o.payload.select
         # Taken by the collectors below (q, k, v), or, with the xi table, dropped (EMBED).
