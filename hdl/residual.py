@@ -1,4 +1,4 @@
-from amaranth.hdl import Module, signed
+from amaranth.hdl import Cat, Module, Signal, signed
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -31,7 +31,7 @@ class Residual(wiring.Component):
         it adds none; no latency.
     store_tag, store_select, store_value, store_valid : ``In``
         A value of rule ``store_select`` at column ``store_tag``: stored, where the rule stores,
-        at the end of a cycle with ``store_valid``.
+        a cycle after a cycle with ``store_valid`` (see :meth:`elaborate`).
     """
 
     def __init__(self, vectors, rules, columns, value_bits):
@@ -55,26 +55,30 @@ class Residual(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # A column is stored long before it is looked up (a whole matrix product apart), so
-        # neither needs a bypass.
+        # neither needs a bypass, and the write may wait a cycle: it is made from registers,
+        # each vector's enable decoded ahead, not from the handshake of the value it stores
+        # (a requant's output, its stage decoded, and a route to the LUT RAM's write enable
+        # was the 85F's critical path).
+        store_tag = Signal.like(self.store_tag)
+        store_value = Signal.like(self.store_value)
+        m.d.sync += [store_tag.eq(self.store_tag), store_value.eq(self.store_value)]
         reads, writes = {}, {}
         for name, bound in self.vectors.items():
             store = memory.Memory(shape=signed(bound.bits), depth=self.columns, init=[])
             m.submodules[name] = store
             reads[name] = store.read_port(domain="comb")
             writes[name] = store.write_port()
+            stores_here = [index for index, (_, store_to) in enumerate(self.rules) if store_to == name]
+            m.d.sync += writes[name].en.eq(self.store_valid &
+                                           Cat(self.store_select == index for index in stores_here).any())
             m.d.comb += [
                 reads[name].addr.eq(self.lookup_tag),
-                writes[name].addr.eq(self.store_tag),
-                writes[name].data.eq(self.store_value),
+                writes[name].addr.eq(store_tag),
+                writes[name].data.eq(store_value),
             ]
         with m.Switch(self.lookup_select):
             for index, (add_from, store_to) in enumerate(self.rules):
                 if add_from is not None:
                     with m.Case(index):
                         m.d.comb += self.addend.eq(reads[add_from].data)
-        with m.Switch(self.store_select):
-            for index, (add_from, store_to) in enumerate(self.rules):
-                with m.Case(index):
-                    if store_to is not None:
-                        m.d.comb += writes[store_to].en.eq(self.store_valid)
         return m
