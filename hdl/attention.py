@@ -56,7 +56,7 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 17`` cycles (one more for pos < rows) from taking the
+    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles (one more for pos < rows) from taking the
     query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
@@ -66,8 +66,9 @@ class Attention(wiring.Component):
     # → pair sums → head sums, written
     SCORE_LATENCY = 6
     # issue → score read → gap → gap operand → × M_score (two cycles when cut) → index into the
-    # LUT's read, V read (a cycle earlier, through its register) → operands → products → num
-    WEIGHT_LATENCY = 6
+    # LUT's read, V read (a cycle earlier, through its register) → operands → products
+    # → column sums → num
+    WEIGHT_LATENCY = 7
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
     # The most entries the exp table is spread over (a DP16KD's depth at 16 bits), past its own:
     # an extreme M_score maps the few clamped gaps onto millions of indices.
@@ -333,15 +334,21 @@ class Attention(wiring.Component):
             for g in range(heads):
                 m.d.sync += den[g].eq(tree_sum([Mux(w_group[lut_stage] == 0, 0, den[g])]
                                                + [weights[r][g] for r in range(rows)]))
+        # A column's products (all its banks', and a LUT product's two halves) are summed into
+        # a register of their own, beside the multipliers, before they are added to the
+        # numerator: all at once, the route from a LUT product to a numerator's adder tree
+        # was the 85F's critical path. Kept to num's width: any carry out cancels in num.
+        column_sums = [Signal(signed(b["num"].bits), name=f"column_sum{e}") for e in range(d)]
+        m.d.sync += [column_sums[e].eq(tree_sum(t for r in range(rows) for t in products[r][e]))
+                     for e in range(d)]
         # The numerators' enable and first-group select reach every numerator: registered a
         # stage early, and the select applied beside the adder.
         num_add = Signal()
         num_first = Signal()
-        m.d.sync += [num_add.eq(~scoring & w_valid[lut_stage + 1]), num_first.eq(w_group[lut_stage + 1] == 0)]
+        m.d.sync += [num_add.eq(~scoring & w_valid[lut_stage + 2]), num_first.eq(w_group[lut_stage + 2] == 0)]
         with m.If(num_add):
             for e in range(d):
-                m.d.sync += num[e].eq(tree_sum([Mux(num_first, 0, num[e])]
-                                               + [t for r in range(rows) for t in products[r][e]]))
+                m.d.sync += num[e].eq(Mux(num_first, 0, num[e]) + column_sums[e])
 
         # -- Phase 3: the context, through `ways` dividers (with r_ctx) side by side, the
         # first carrying the word's count and end. They never stall: a context starts only

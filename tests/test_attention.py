@@ -135,7 +135,7 @@ RANDOM = random_model(np.random.default_rng(1), 32, 4, 32, 32, 32)
 @pytest.mark.parametrize("model", [SHIPPED, RANDOM], ids=["shipped", "random"])
 def test_latency(model, rows, pos):
     """From taking the query to the first word of the context, with rows 0..pos cached and
-    ready: ``2·ceil((pos + 1) / rows) + 17`` cycles, one more for pos < rows (as the unit's
+    ready: ``2·ceil((pos + 1) / rows) + 18`` cycles, one more for pos < rows (as the unit's
     docstring states), whether r_ctx changes the context (the random model's) or not (the
     shipped model's (1, 0)): the dividers' last stage applies it."""
     from sim.latency import outputs_after
@@ -162,4 +162,4 @@ def test_latency(model, rows, pos):
         ctx.set(unit.i.valid, 0)
 
     seen = outputs_after(unit, offer, None, 60)
-    assert seen[:1] == [2 * -(-(pos + 1) // rows) + 17 + (pos < rows)]
+    assert seen[:1] == [2 * -(-(pos + 1) // rows) + 18 + (pos < rows)]
