@@ -358,11 +358,23 @@ class Engine(wiring.Component):
                 epilogue.i.payload.eq(routed.o.payload[k]),
             ]
         m.d.comb += routed.o.ready.eq(epilogues[0].i.ready)
+        # A product's word starts at a multiple of `ways` (MatVec's lanes are one): where that
+        # is a power of two, its element k's column is a concatenation, not a carry chain. And
+        # with the q, k, v table, QKV never passes the lanes: its columns need no splitting.
+        # (This path, from the lanes' output to the routed slice, is the 85F's critical one.)
+        ways_bits = (ways - 1).bit_length()
         for k in range(ways):
             into = routing.i.payload[k]
-            column = product.column + k
-            qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
-            qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
+            if ways == 1 << ways_bits:
+                column = Cat(Const(k, ways_bits), product.column[ways_bits:])
+            else:
+                column = product.column + k
+            if self.qkv_table:
+                qkv_stage, tag = Stage.Q, column  # the stage never used
+            else:
+                qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
+                qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
+                tag = Mux(product.matrix == Matrix.QKV, qkv_column, column)
             stage_of = Array([qkv_stage, Stage.O, Stage.H, Stage.F, Stage.F])
             embed_column = embed_tag_column + k
             word = embedded.i.payload[k]
@@ -380,9 +392,7 @@ class Engine(wiring.Component):
                     into.value.eq(product.acc[k]),
                     into.select.eq(stage_of[product.matrix]),
                     into.multiplier.eq(epilogues[k].first_multiplier(stage_of[product.matrix])),
-                    into.tag.eq(Mux(
-                        k >= product.count, scratch,
-                        Mux(product.matrix == Matrix.QKV, qkv_column, column))),
+                    into.tag.eq(Mux(k >= product.count, scratch, tag)),
                 ]
         m.d.comb += [
             embedded.i.valid.eq(embed_out_valid),
