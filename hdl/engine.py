@@ -369,8 +369,8 @@ class Engine(wiring.Component):
                 column = Cat(Const(k, ways_bits), product.column[ways_bits:])
             else:
                 column = product.column + k
-            if self.qkv_table:
-                qkv_stage, tag = Stage.Q, column  # the stage never used
+            if self.qkv_table:  # QKV never comes: its stage only fills `stage_of`
+                qkv_stage, tag = Stage.Q, column
             else:
                 qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
                 qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))

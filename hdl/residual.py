@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.hdl import Module, Signal, signed
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -31,7 +31,7 @@ class Residual(wiring.Component):
         it adds none; no latency.
     store_tag, store_select, store_value, store_valid : ``In``
         A value of rule ``store_select`` at column ``store_tag``: stored, where the rule stores,
-        a cycle after a cycle with ``store_valid`` (see :meth:`elaborate`).
+        a cycle after a cycle with ``store_valid``.
     """
 
     def __init__(self, vectors, rules, columns, value_bits):
@@ -69,8 +69,7 @@ class Residual(wiring.Component):
             reads[name] = store.read_port(domain="comb")
             writes[name] = store.write_port()
             stores_here = [index for index, (_, store_to) in enumerate(self.rules) if store_to == name]
-            m.d.sync += writes[name].en.eq(self.store_valid &
-                                           Cat(self.store_select == index for index in stores_here).any())
+            m.d.sync += writes[name].en.eq(self.store_valid & self.store_select.matches(*stores_here))
             m.d.comb += [
                 reads[name].addr.eq(self.lookup_tag),
                 writes[name].addr.eq(store_tag),
