@@ -24,9 +24,9 @@ import numpy as np
 
 from int8model import Golden, load
 from int8model.synthetic import random_model
-from hdl.build import FitError, choose_shape
-from hdl.engine import Shape
-from sim.cycles import floor_cycles, measure, measure_prefill
+from plan import FitError, Shape, choose_plan, make_plan
+from plan.options import add_model_argument, add_shape_arguments, asked_shape
+from sim.cycles import measure, measure_prefill
 
 from .c_decoder import CDecoder
 
@@ -66,9 +66,8 @@ def c_ns_per_token(model, prompt, qkv_table=False):
 
 
 def report_shape(report):
-    """The engine's :class:`~hdl.engine.Shape` as a build report records it (a field that an
-    older report lacks: its default)."""
-    return Shape(**{field.name: report[field.name] for field in dataclasses.fields(Shape) if field.name in report})
+    """The engine's :class:`~plan.Shape` as a build report's plan records it."""
+    return Shape(**report["plan"]["shape"])
 
 
 def random_models():
@@ -113,19 +112,20 @@ def plot(path, series):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
+    add_model_argument(parser)
     parser.add_argument("--report", type=Path, default=Path("build/ulx3s/report.json"),
-                        help="the build report whose fmax to use (python -m hdl.build writes it)")
+                        help="the build report whose fmax and shape to use (python -m hdl.build writes it; "
+                             "default: %(default)s)")
     parser.add_argument("--model-report", type=Path, action="append", default=[],
                         help="the build report of a random model of the benchmark (hdl.build --model of a file "
-                             "that --write-models wrote), whose fmax to use for it (repeatable; without one, "
-                             "a model takes the shipped model's)")
+                             "that --write-models wrote), whose fmax to use for it (repeatable; default: a model "
+                             "takes the shipped model's)")
     parser.add_argument("--write-models", type=Path, metavar="DIR",
                         help="write the benchmark's random models into DIR as model files (to build them), and stop")
-    parser.add_argument("--fmax", type=float, help="fmax in MHz, instead of a build report's")
-    parser.add_argument("--ways", type=int, help="elements a cycle (default: the build report's, else as the "
-                                                 "85F's build would choose)")
-    parser.add_argument("--out", type=Path, default=Path("build/bench"))
+    parser.add_argument("--fmax", type=float, help="fmax in MHz, instead of a build report's (default: the report's)")
+    add_shape_arguments(parser, device_help="with --fmax, or shape options: the part whose build's shape to count")
+    parser.add_argument("--out", type=Path, default=Path("build/bench"),
+                        help="where the plot goes (default: %(default)s)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.write_models:
@@ -136,31 +136,27 @@ def main(argv=None):
             print(f"{path}: {model.identity_line}")
         return 0
 
-    device, shape = "85F", None
+    asked = asked_shape(args)
+    shape_asked = asked != Shape(ways=None, lut_ways=None)
+    device = args.device
     if args.fmax:
         fmax, source = args.fmax, "given"
     elif args.report.exists():
         report = json.loads(args.report.read_text())
         fmax, source = report["fmax_mhz"], f"{args.report} ({report['device']}, {report['identity'][13:25]}…)"
-        device = report["device"]
-        shape = report_shape(report)
+        if not shape_asked:
+            device, asked = report["device"], report_shape(report)
     else:
         print(f"error: no build report at {args.report}: run python -m hdl.build --board ulx3s first, "
               "or give --fmax", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     shipped = load(args.model)
-    if shape is None or args.ways:
-        # The part's choice of lanes and ways; a report's other options stay.
-        asked = shape or Shape()
-        shape = dataclasses.replace(choose_shape(shipped, device, args.ways, attention_rows=asked.attention_rows),
-                                    qkv_table=asked.qkv_table, hidden_in_lanes=asked.hidden_in_lanes)
+    shape = choose_plan(shipped, device, asked).shape
     models = benchmark_models(shipped, "shipped " + args.model.stem)
     model_reports = [json.loads(path.read_text()) for path in args.model_report]
     prompt = [1, 2, 3]
-    print(f"fmax {fmax:.2f} MHz, from {source}; {shape.lanes} lanes x {shape.ways} ways ({shape.lut_ways} in LUTs)"
-          + (", the hidden vector in the lanes" if shape.hidden_in_lanes else "")
-          + f", {shape.attention_rows} cache rows a cycle")
+    print(f"fmax {fmax:.2f} MHz, from {source}; {shape.describe()}")
     print("C: the reference's arithmetic; C+table: q, k, v from the engine's table (where it has one); "
           f"CPU figures: the fastest of {TIMING_RUNS} runs on one core")
     header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'fmax MHz':>9s} {'engine us':>9s} "
@@ -169,20 +165,20 @@ def main(argv=None):
     print(header)
     series = {}
     for label, model in models.items():
-        model_shape = shape.resolved(model)  # the table as the report says, else by the model's size
-        cycles = measure(model, model_shape, prefix="bench")
+        plan = make_plan(model, shape)  # the shipped model's shape
+        cycles = measure(model, plan, prefix="bench")
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
         # The model's own build where there is one (marked *), else the shipped model's fmax.
         model_fmax, own = fmax_for(model, model_reports, fmax)
         engine_us = mean / model_fmax
         c_us = c_ns_per_token(model, prompt) / 1000
-        c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if model_shape.qkv_table else c_us
+        c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if plan.qkv.table else c_us
         numpy_us = golden_us_per_token(model, prompt)
-        prefill = measure_prefill(model, model_shape, prefix="bench_prefill")
+        prefill = measure_prefill(model, plan, prefix="bench_prefill")
         prefill_mean = sum(prefill) / len(prefill)
-        print(f"{label:24s} {'table' if model_shape.qkv_table else 'computed':>8s} {mean:10.1f} "
-              f"{floor_cycles(model, model_shape):6.1f} {model_fmax:8.2f}{'*' if own else ' '} {engine_us:9.3f} "
+        print(f"{label:24s} {'table' if plan.qkv.table else 'computed':>8s} {mean:10.1f} "
+              f"{plan.floor_cycles:6.1f} {model_fmax:8.2f}{'*' if own else ' '} {engine_us:9.3f} "
               f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {c_table_us:10.3f} {numpy_us:8.1f} "
               f"{c_us / engine_us:7.2f}x {c_table_us / engine_us:13.2f}x "
               f"{prefill_mean:11.1f} {model_fmax * 1e6 / prefill_mean:13.0f}", flush=True)
@@ -197,16 +193,18 @@ def main(argv=None):
     for d in (16, 32, 64):
         model = random_model(np.random.default_rng(d), d, 4, d, 32, 32)
         try:
-            d_shape = choose_shape(model, device, args.ways, attention_rows=shape.attention_rows)
+            plan = choose_plan(model, device, Shape(ways=asked.ways, lut_ways=None, qkv_table=asked.qkv_table,
+                                                    hidden_in_lanes=shape.hidden_in_lanes,
+                                                    attention_rows=shape.attention_rows))
         except FitError:
             print(f"{d:7d}  does not fit the {device}", flush=True)
             continue
-        d_shape = dataclasses.replace(d_shape, hidden_in_lanes=shape.hidden_in_lanes and model.d_ff <= d_shape.lanes)
-        cycles = measure(model, d_shape, prefix="bench")
-        print(f"{d:7d} {f'{d_shape.lanes} x {d_shape.ways} ({d_shape.lut_ways})':>18s} "
-              f"{'table' if d_shape.qkv_table else 'computed':>8s} "
+        cycles = measure(model, plan, prefix="bench")
+        s = plan.shape
+        print(f"{d:7d} {f'{s.lanes} x {s.ways} ({s.lut_ways})':>18s} "
+              f"{'table' if plan.qkv.table else 'computed':>8s} "
               f"{cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "
-              f"{floor_cycles(model, d_shape):6.1f}", flush=True)
+              f"{plan.floor_cycles:6.1f}", flush=True)
     return 0
 
 

@@ -6,23 +6,13 @@ from amaranth.lib.cdc import ResetSynchronizer
 from amaranth_boards.ulx3s import (ULX3S_12F_Platform, ULX3S_25F_Platform, ULX3S_45F_Platform,
                                    ULX3S_85F_Platform)
 
-from hdl.engine import Shape
 from hdl.fanout import global_net
 from hdl.top import DeviceTop
 
-__all__ = ["PLATFORMS", "PARTS", "pll_parameters", "ULX3STop"]
+__all__ = ["PLATFORMS", "pll_parameters", "ULX3STop"]
 
 PLATFORMS = {"12F": ULX3S_12F_Platform, "25F": ULX3S_25F_Platform,
              "45F": ULX3S_45F_Platform, "85F": ULX3S_85F_Platform}
-
-# What each LFE5U part has (Lattice's ECP5 family data sheet): LUT4s, 18 kbit block RAMs
-# (DP16KD), 18×18 multipliers (MULT18X18D).
-PARTS = {
-    "12F": {"LUT4": 12_288, "DP16KD": 32, "MULT18X18D": 28},
-    "25F": {"LUT4": 24_288, "DP16KD": 56, "MULT18X18D": 28},
-    "45F": {"LUT4": 43_848, "DP16KD": 108, "MULT18X18D": 72},
-    "85F": {"LUT4": 83_640, "DP16KD": 208, "MULT18X18D": 156},
-}
 
 OSCILLATOR_HZ = 25_000_000
 
@@ -52,11 +42,12 @@ def pll_parameters(out_hz, in_hz=OSCILLATOR_HZ):
 
 
 class ULX3STop(Elaboratable):
-    """The board top: the PLL makes the engine's clock, the device top meets the FTDI UART."""
+    """The board top: the PLL makes the engine's clock, the device top (for a :class:`plan.Plan`
+    and its :class:`plan.Contents`) meets the FTDI UART."""
 
-    def __init__(self, model, *, clock_hz, baud, shape=Shape()):
+    def __init__(self, plan, contents, *, clock_hz, baud):
         self.clki_div, self.clkfb_div, self.clkop_div, self.clock_hz = pll_parameters(clock_hz)
-        self.device = DeviceTop(model, clock_hz=self.clock_hz, baud=baud, shape=shape)
+        self.device = DeviceTop(plan, contents, clock_hz=self.clock_hz, baud=baud)
 
     def elaborate(self, platform):
         m = Module()

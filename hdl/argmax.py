@@ -30,13 +30,10 @@ class ArgMax(wiring.Component):
 
     Parameters
     ----------
-    value_bits : int
-        Width of the signed values (the logits' bound).
-    length : int
-        Most values in one run (the vocab).
-    ways : int
-        Values per input word: as many as a word's values arrive at once (in the engine, all
-        the MAC lanes' sums of the head).
+    plan : :class:`plan.units.ArgMaxPlan`
+        The values' width (the logits' bound), the most values in one run (the vocab), the
+        values per input word (in the engine, all the MAC lanes' sums of the head) and the
+        tournament's stages.
 
     Ports
     -----
@@ -47,31 +44,24 @@ class ArgMax(wiring.Component):
         The index of the run's first maximum.
 
     A word's first maximum is found by a tournament, a tree of pairwise contests
-    ``LEVELS_PER_STAGE`` levels to a pipeline stage, then held against the run's best (unless
-    ``length <= ways``: a run is then one word, whose first maximum is the run's). Throughput one word per cycle; the index is valid ``latency`` cycles after the last word
-    is taken.
+    ``LEVELS_PER_STAGE`` levels to a pipeline stage (one: a contest is a comparison and a
+    select), then held against the run's best (unless ``length <= ways``: a run is then one
+    word, whose first maximum is the run's, and the tournament's last stage is the output
+    register). Throughput one word per cycle; the index is valid ``latency`` cycles after the
+    last word is taken.
     """
 
-    # Contests in series between registers, each a comparison and a select: at two, the path
-    # through both took 16.8 ns on the 85F. Contests of four, all six comparisons side by side
-    # and a one-hot select, took 12.4–12.7 ns a round.
-    LEVELS_PER_STAGE = 1
-
-    def __init__(self, value_bits, length, *, ways=1):
-        self.value_bits, self.length, self.ways = value_bits, length, ways
-        self.levels = (ways - 1).bit_length()
-        self.stages = max(1, -(-self.levels // self.LEVELS_PER_STAGE))
-        # Where a run is one word (the engine's head, its lanes as many as the vocab), the
-        # tournament's last stage is the output register: no run's best to hold it against.
-        self.single = length <= ways
-        self.latency = self.stages + (not self.single)
+    def __init__(self, plan):
+        self.plan = plan
+        self.value_bits, self.length, self.ways = plan.value_bits, plan.length, plan.ways
+        self.levels, self.stages, self.single, self.latency = plan.levels, plan.stages, plan.single, plan.latency
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
-                "values": data.ArrayLayout(signed(value_bits), ways),
-                "count": range(ways + 1),
+                "values": data.ArrayLayout(signed(plan.value_bits), plan.ways),
+                "count": range(plan.ways + 1),
                 "last": 1,
             }))),
-            "o": Out(stream.Signature(range(length))),
+            "o": Out(stream.Signature(range(plan.length))),
         })
 
     def elaborate(self, platform):
@@ -101,7 +91,7 @@ class ArgMax(wiring.Component):
         valid, last = taken, taken & word.last
         levels = 0  # the offsets' width
         for stage in range(self.stages):
-            for _ in range(self.LEVELS_PER_STAGE):
+            for _ in range(self.plan.LEVELS_PER_STAGE):
                 if len(contenders) > 1:
                     contenders = [contest(*contenders[at:at + 2]) if at + 1 < len(contenders) else bye(contenders[at])
                                   for at in range(0, len(contenders), 2)]

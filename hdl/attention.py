@@ -7,19 +7,9 @@ from .divider import FloorDivider
 from .fanout import replicas
 from .fifo import StreamFIFO
 from .kv_cache import CacheRead
-from .product import dsp_product, lut_product, operand_product, product_stages, split_product, tree_sum
-from .requant import Rule
+from .product import dsp_product, lut_product, operand_terms, split_product, tree_sum
 
 __all__ = ["Attention"]
-
-
-def saturating_gap(rule, nlut, most):
-    """The least gap from which on every gap reads the same exp table entry (``most`` at the
-    highest): ``clamp(rq(gap, M_score), 0, nlut − 1)`` only grows with the gap for a positive
-    multiplier (and is 0 for any other), so a gap clamped to it reads what it would."""
-    if rule.multiplier <= 0:
-        return 0
-    return min(most, -(-((nlut - 1) << rule.shift) // rule.multiplier))
 
 
 class Attention(wiring.Component):
@@ -38,13 +28,15 @@ class Attention(wiring.Component):
        it may find); ``ci`` leaves ``ways`` columns a cycle in column order, through as many
        dividers.
 
-    Widths come from the model's bounds (:func:`int8model.bounds.analyse`).
+    Its plan (:class:`plan.attention.AttentionPlan`) holds every width, from the model's bounds,
+    and the exp table's depth; ``exp_entries`` are the table's entries as read
+    (:func:`plan.attention.exp_entries`; ``None``: zero).
 
     Ports
     -----
     i : ``In(stream.Signature(StructLayout({"q": ArrayLayout(signed(8), d_model), "pos"})))``
         The query and its position; the cache rows 0..pos−1 must already be written.
-    cache : ``Out(CacheRead(d_model, seq_len, rows))``
+    cache : ``Out(CacheRead(plan.cache))``
     keys_ready : ``In(1)``
         The K row at ``pos`` was written, in an earlier cycle (the group of a row is read as it
         issues): the score phase waits for it before the group of row ``pos``, so that it can
@@ -69,69 +61,45 @@ class Attention(wiring.Component):
     # LUT's read, V read (a cycle earlier, through its register) → operands → products
     # → column sums → num
     WEIGHT_LATENCY = 7
-    SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
-    # The most entries the exp table is spread over (a DP16KD's depth at 16 bits), past its own:
-    # an extreme M_score maps the few clamped gaps onto millions of indices.
-    SPREAD_ENTRIES = 1024
     SELECT_COLUMNS = 4   # columns of multipliers per copy of the phase register
 
-    def __init__(self, model, bounds, *, ways=1, rows=1):
-        self.d_model, self.n_heads, self.seq_len = model.d_model, model.n_heads, model.seq_len
-        self.ways, self.rows = ways, rows
-        self.groups = -(-model.seq_len // rows)
-        self.head_dim = model.head_dim
-        self.exp_lut = [int(v) for v in model.exp_lut]
-        self.score_rule = Rule.rq(model.requant["M_score"])
-        self.ctx_rule = Rule.to8(model.requant["r_ctx"])
-        # Where r_ctx changes no context (a trained model's (1, 0)), the quotients leave as
-        # they are, without a table.
-        self.ctx_requant = not self.ctx_rule.is_identity_on(bounds["ctx"])
-        self.bounds = {k: bounds[k] for k in ("q", "k", "v", "scores", "score_gap",
-                                              "score_gap*M_score", "weights", "den", "num", "ctx")}
-        self.score_bits = bounds["scores"].bits
-        self.gap_bits = bounds["score_gap"].bits
-        # The gaps are clamped where the LUT index stops changing: the M_score product is
-        # then narrower (one multiplier, one cycle, for the seed-size model).
-        # Any clamp at or above that point reads the same entries: the next all-ones value is
-        # judged on the gap's high bits alone, with no comparison after the subtraction.
-        self.gap_operand_bits = max(1, saturating_gap(self.score_rule, len(self.exp_lut),
-                                                      bounds["score_gap"].hi).bit_length())
-        self.gap_stages = product_stages(self.gap_operand_bits, signed=False)
-        # The table as read: at every index a clamped gap gives, its last entry repeated past
-        # its end, so that no comparison lies between the M_score product and the table (they
-        # were the 85F's critical path); where that takes too many entries, as it stands,
-        # behind a clamp.
-        nlut, rule = len(self.exp_lut), self.score_rule
-        top = ((1 << self.gap_operand_bits) - 1) * rule.multiplier >> rule.shift  # the largest clamped gap's index
-        self.exp_spread = rule.multiplier > 0 and top < max(nlut, self.SPREAD_ENTRIES)
-        self.exp_entries = ([self.exp_lut[min(i, nlut - 1)] for i in range(top + 1)] if self.exp_spread
-                            else self.exp_lut)
-        self.weight_bits = bounds["weights"].bits
-        self.operand_bits = max(8, self.weight_bits)
+    def __init__(self, plan, exp_entries=None):
+        self.plan = plan
+        self.d_model, self.n_heads, self.seq_len = plan.d_model, plan.n_heads, plan.seq_len
+        self.ways, self.rows, self.groups, self.head_dim = plan.ways, plan.rows, plan.groups, plan.head_dim
+        self.score_rule, self.ctx_rule, self.ctx_requant = plan.score_rule, plan.ctx_rule, plan.ctx_requant
+        self.score_bits, self.gap_bits, self.weight_bits = plan.score_bits, plan.gap_bits, plan.weight_bits
+        self.gap_operand_bits, self.gap_stages, self.operand_bits = plan.gap_operand_bits, plan.gap_stages, plan.operand_bits
+        self.exp_spread = plan.exp_spread
+        # The table as read: at every index a clamped gap gives, its last entry repeated past its
+        # end, so that no comparison lies between the M_score product and the table; where that
+        # takes too many entries, as it stands, behind a clamp (plan.attention.exp_entries).
+        self.exp_entries = list(exp_entries) if exp_entries is not None else [0] * plan.exp_depth
+        if len(self.exp_entries) != plan.exp_depth:
+            raise ValueError(f"{len(self.exp_entries)} exp table entries, the plan reads {plan.exp_depth}")
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len)}))),
-            "cache": Out(CacheRead(self.d_model, self.seq_len, rows)),
+            "cache": Out(CacheRead(plan.cache)),
             "keys_ready": In(1),
             "values_ready": In(1),
-            "o": Out(stream.Signature(data.StructLayout({
-                "values": data.ArrayLayout(signed(self.ctx_rule.result_bound(bounds["ctx"]).bits), ways),
-                "count": range(ways + 1),
-                "last": 1,
-            }))),
+            "o": Out(stream.Signature(self.output_layout(plan))),
         })
 
-    @property
-    def multipliers(self):
-        """DSP multipliers: the first bank's products, M_score per head and bank."""
-        return self.d_model + self.n_heads * self.rows
+    @staticmethod
+    def output_layout(plan):
+        return data.StructLayout({
+            "values": data.ArrayLayout(signed(plan.ctx_bits), plan.ways),
+            "count": range(plan.ways + 1),
+            "last": 1,
+        })
 
     def elaborate(self, platform):
         m = Module()
         d, heads, hd, rows = self.d_model, self.n_heads, self.head_dim, self.rows
         bank_bits = rows.bit_length() - 1
-        nlut = len(self.exp_lut)
-        b = self.bounds
+        nlut = self.plan.nlut
+        plan = self.plan
 
         q = Signal(data.ArrayLayout(signed(8), d))
         pos = Signal(range(self.seq_len))
@@ -183,14 +151,14 @@ class Attention(wiring.Component):
         # the weight phase may read group 0 in the cycle its scores are written (see SCORE_DRAIN).
         # Where it is shallow, it is LUT RAM read as it is, from an address register of its own
         # placed beside it: the same read, without a far shared address (or a block RAM's slow
-        # output) at the start of the gap's path (the critical path of earlier builds).
-        shallow = self.groups <= self.SCORES_IN_LUTS
+        # output) at the start of the gap's path.
+        shallow = plan.shallow_scores
         score_writes = [[] for _ in range(rows)]
         score_data = [[] for _ in range(rows)]
         for r in range(rows):
             for g in range(heads):
                 store = memory.Memory(shape=signed(self.score_bits), depth=self.groups, init=[],
-                                      attrs={"ram_style": "distributed"} if shallow else {})
+                                      attrs={"ram_style": "distributed" if shallow else "block"})
                 m.submodules[f"scores{r}_{g}"] = store
                 write = store.write_port()
                 if shallow:
@@ -281,7 +249,8 @@ class Attention(wiring.Component):
             # ports together, and for sixteen of them (four banks of four heads) it runs out of
             # memory.
             m.submodules[f"exp_lut{r}"] = lut = memory.Memory(
-                shape=unsigned(max(1, self.weight_bits)), depth=len(entries), init=entries)
+                shape=unsigned(max(1, self.weight_bits)), depth=len(entries), init=entries,
+                attrs={"rom_style": plan.exp_style, "ram_style": plan.exp_style})
             for g in range(heads):
                 # The gap from the maximum, into a register beside the score memory (its read
                 # and the subtraction, then the clamp and the far operand register, were one
@@ -290,19 +259,17 @@ class Attention(wiring.Component):
                 m.d.sync += gap.eq(peak[g] - score_data[r][g])
                 clamped_gap = Signal(unsigned(k), name=f"clamped_gap{r}_{g}")
                 m.d.comb += clamped_gap.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
-                multiplier = Const(self.score_rule.multiplier)
+                multiplier = self.score_rule.multiplier
                 if self.gap_stages == 1:
                     # The clamped gap goes into the multiplier's own operand register: the
                     # route from the score memory then ends in the DSP block, and only the
-                    # product's route follows it (a fabric operand register, then the product
-                    # routed back across the part, was the 85F's critical path).
-                    scaled = Signal(signed(b["score_gap*M_score"].bits), name=f"scaled{r}_{g}")
-                    m.d.sync += scaled.eq(operand_product(m, platform, clamped_gap, multiplier,
-                                                          name=f"scaled{r}_{g}_multiplier"))
+                    # product's route follows it.
+                    scaled, = operand_terms(m, platform, clamped_gap, multiplier, 1, plan.scaled_bound.bits,
+                                            f"scaled{r}_{g}")
                 else:
                     operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
                     m.d.sync += operand.eq(clamped_gap)
-                    scaled = split_product(m, operand, multiplier, 1, b["score_gap*M_score"].bits, f"scaled{r}_{g}")
+                    scaled = split_product(m, operand, multiplier, 1, plan.scaled_bound.bits, f"scaled{r}_{g}")
                 index = scaled >> rule.shift
                 lut_index = Signal(range(len(entries)), name=f"lut_index{r}_{g}")
                 if self.exp_spread:
@@ -328,8 +295,8 @@ class Attention(wiring.Component):
                     operand_b[r][e].eq(Mux(select, self.cache.k[r][e], self.cache.v[r][e])),
                 ]
 
-        den = Signal(data.ArrayLayout(signed(b["den"].bits), heads))
-        num = Signal(data.ArrayLayout(signed(b["num"].bits), d))
+        den = Signal(data.ArrayLayout(signed(plan.den_bound.bits), heads))
+        num = Signal(data.ArrayLayout(signed(plan.num_bound.bits), d))
         with m.If(~scoring & w_valid[lut_stage]):
             for g in range(heads):
                 m.d.sync += den[g].eq(tree_sum([Mux(w_group[lut_stage] == 0, 0, den[g])]
@@ -338,7 +305,7 @@ class Attention(wiring.Component):
         # a register of their own, beside the multipliers, before they are added to the
         # numerator: all at once, the route from a LUT product to a numerator's adder tree
         # was the 85F's critical path. Kept to num's width: any carry out cancels in num.
-        column_sums = [Signal(signed(b["num"].bits), name=f"column_sum{e}") for e in range(d)]
+        column_sums = [Signal(signed(plan.num_bound.bits), name=f"column_sum{e}") for e in range(d)]
         m.d.sync += [column_sums[e].eq(tree_sum(t for r in range(rows) for t in products[r][e]))
                      for e in range(d)]
         # The numerators' enable and first-group select reach every numerator: registered a
@@ -363,7 +330,7 @@ class Attention(wiring.Component):
         # starts, shifts down with the numerators: the dividers take it from a register, with
         # no select between (selecting each word's heads' dens, from the column or from a
         # table by word, was the 85F's critical path, and its route to the dividers).
-        column_dens = [Signal(signed(b["den"].bits), name=f"column_den{e}") for e in range(d)]
+        column_dens = [Signal(signed(plan.den_bound.bits), name=f"column_den{e}") for e in range(d)]
         for e in range(d):
             with m.If(shifting[e // self.SELECT_COLUMNS]):
                 if e < d - ways:
@@ -379,8 +346,7 @@ class Attention(wiring.Component):
         dividing = Signal()
         for k in range(ways):
             # r_ctx on the quotient, in the divider's last stage (a table of its results).
-            divider = FloorDivider(b["num"], b["den"], b["ctx"], tag_shape=word if k == 0 else unsigned(0),
-                                   rule=self.ctx_rule if self.ctx_requant else None)
+            divider = FloorDivider(plan.divider, tag_shape=word if k == 0 else unsigned(0))
             m.submodules[f"divider{k}"] = divider
             out = divider.o
             m.d.comb += [

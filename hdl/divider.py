@@ -1,7 +1,6 @@
 from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2
 
 from int8model.bounds import Bound
 
@@ -24,14 +23,13 @@ class FloorDivider(wiring.Component):
 
     Parameters
     ----------
-    num_bound, den_bound, quotient_bound : :class:`~int8model.bounds.Bound`
+    plan : :class:`plan.requant.DividerPlan`
+        The numerator's, denominator's and quotient's bounds, the offset, the quotient bits
+        and ``bits_per_stage``, and the ``rule``: where given, ``value`` is the rule applied to
+        the quotient (attention's ``r_ctx``), at no cost in cycles: the last stage looks up the
+        rule's result for each digit it may find, from the quotient's bits found before it (a
+        table of constants beside the trials), and selects it with the digit.
     tag_shape : shape-like, carried unchanged alongside.
-    bits_per_stage : int
-    rule : :class:`~.requant.Rule` or ``None``
-        Where given, ``value`` is the rule applied to the quotient (attention's ``r_ctx``), at
-        no cost in cycles: the last stage looks up the rule's result for each digit it may
-        find, from the quotient's bits found before it (a table of constants beside the
-        trials), and selects it with the digit.
 
     Ports
     -----
@@ -44,32 +42,19 @@ class FloorDivider(wiring.Component):
     offset); throughput one division per cycle.
     """
 
-    def __init__(self, num_bound, den_bound, quotient_bound, *, tag_shape=unsigned(0), bits_per_stage=2,
-                 rule=None):
-        if den_bound.lo <= 0:
-            raise ValueError(f"the denominator must be positive, not as low as {den_bound.lo}")
-        self.num_bound, self.den_bound, self.quotient_bound = num_bound, den_bound, quotient_bound
-        self.offset = 0 if quotient_bound.lo >= 0 else -(1 << ceil_log2(-quotient_bound.lo))
-        self.steps = max(1, ceil_log2(quotient_bound.hi - self.offset + 1))
-        self.den_bits = den_bound.bits
-        # The offset numerator, always below 2**steps · den.
-        self.rem_bits = Bound(0, (1 << self.steps) * den_bound.hi).bits
+    def __init__(self, plan, *, tag_shape=unsigned(0)):
+        self.plan = plan
         self.tag_shape = tag_shape
-        self.bits_per_stage = bits_per_stage
-        self.rule = rule
-        self.value_bound = quotient_bound if rule is None else rule.result_bound(quotient_bound)
-        # The first digit's trials are num + k · den (offset and digit together): where each k is
-        # 0 or ± a power of two, each is the numerator plus one shift, and the offset costs no stage.
-        first = list(reversed(range(self.steps)))[:bits_per_stage]
-        self.first_trials = [-self.offset - (c << first[-1]) for c in range(1 << len(first))]
-        self.fused = all(bin(k).count("1") <= 1 for k in self.first_trials)
-        self.latency = -(-self.steps // bits_per_stage) + (not self.fused)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
-                "num": signed(num_bound.bits), "den": signed(den_bound.bits), "tag": tag_shape}))),
+                "num": signed(plan.num_bound.bits), "den": signed(plan.den_bound.bits), "tag": tag_shape}))),
             "o": Out(stream.Signature(data.StructLayout({
-                "value": signed(self.value_bound.bits), "tag": tag_shape}))),
+                "value": signed(plan.value_bound.bits), "tag": tag_shape}))),
         })
+
+    @property
+    def latency(self):
+        return self.plan.latency
 
     def elaborate(self, platform):
         m = Module()
@@ -82,8 +67,8 @@ class FloorDivider(wiring.Component):
         m.d.comb += [advance.eq(~out.i.valid | out.i.ready), self.i.ready.eq(advance)]
 
         # The multiples of den a stage tries, c · den for c in 1 .. 2^bits_per_stage − 1.
-        digits = range(1, 1 << self.bits_per_stage)
-        multiple_bits = Bound(0, digits[-1] * self.den_bound.hi).bits
+        digits = range(1, 1 << self.plan.bits_per_stage)
+        multiple_bits = Bound(0, digits[-1] * self.plan.den_bound.hi).bits
         den = self.i.payload.den
 
         def times(k):  # k · den (k ≥ 0) as shifted copies: Yosys would spend a DSP block on a product
@@ -94,12 +79,12 @@ class FloorDivider(wiring.Component):
             # of its own before the sum's (the 85F's critical path, in the first stage).
             return value - times(-k) if k < 0 else value + times(k)
         stage = data.StructLayout({
-            "valid": 1, "rem": signed(self.rem_bits + 1),
+            "valid": 1, "rem": signed(self.plan.rem_bits + 1),
             "multiples": data.ArrayLayout(signed(multiple_bits), len(digits)),
-            "quotient": unsigned(self.steps), "tag": self.tag_shape,
-            **({} if self.rule is None else {"value": signed(self.value_bound.bits)})})
-        bits = list(reversed(range(self.steps)))
-        groups = [bits[at:at + self.bits_per_stage] for at in range(0, len(bits), self.bits_per_stage)]
+            "quotient": unsigned(self.plan.steps), "tag": self.tag_shape,
+            **({} if self.plan.rule is None else {"value": signed(self.plan.value_bound.bits)})})
+        bits = list(reversed(range(self.plan.steps)))
+        groups = [bits[at:at + self.plan.bits_per_stage] for at in range(0, len(bits), self.plan.bits_per_stage)]
 
         def results(source, width):
             """For the last stage, for each digit c: the rule's result on the quotient with that
@@ -108,15 +93,15 @@ class FloorDivider(wiring.Component):
             values = []
             for c in range(1 << width):
                 table = []
-                for high in range(1 << (self.steps - width)):
-                    quotient = (high << width | c) + self.offset
-                    if self.quotient_bound.lo <= quotient <= self.quotient_bound.hi:
-                        table.append(self.rule.apply(quotient))
+                for high in range(1 << (self.plan.steps - width)):
+                    quotient = (high << width | c) + self.plan.offset
+                    if self.plan.quotient_bound.lo <= quotient <= self.plan.quotient_bound.hi:
+                        table.append(self.plan.rule.apply(quotient))
                     else:
                         table.append(0)  # a quotient outside its bound is never found
                 known = source.quotient[width:]
-                values.append(Array(Const(v, signed(self.value_bound.bits)) for v in table)[known]
-                              if self.steps > width else Const(table[0], signed(self.value_bound.bits)))
+                values.append(Array(Const(v, signed(self.plan.value_bound.bits)) for v in table)[known]
+                              if self.plan.steps > width else Const(table[0], signed(self.plan.value_bound.bits)))
             return values
 
         def digit_stage(group, trials, source, multiples):
@@ -124,7 +109,7 @@ class FloorDivider(wiring.Component):
             (rem − c · 2^low · den, for rem < 2^(low + width) · den) is not negative; the
             last also the rule's result, where there is a rule."""
             low = group[-1]
-            applies_rule = low == 0 and self.rule is not None  # the last stage, with a rule
+            applies_rule = low == 0 and self.plan.rule is not None  # the last stage, with a rule
             # A trial fits where its sign bit is clear (not a comparison with 0, which Yosys
             # builds as a carry chain after the subtraction's: the 85F's critical path).
             fits = [~trial[-1] for trial in trials]
@@ -148,11 +133,11 @@ class FloorDivider(wiring.Component):
                     m.d.sync += after.value.eq(value)
             return after
 
-        offset = -self.offset
+        offset = -self.plan.offset
         entry = Signal(stage, name="entry")  # the input, as a stage (not registered)
         m.d.comb += [entry.valid.eq(self.i.valid), entry.quotient.eq(0), entry.tag.eq(self.i.payload.tag)]
-        if self.fused:
-            previous = digit_stage(groups[0], [plus_times(self.i.payload.num, k) for k in self.first_trials], entry,
+        if self.plan.fused:
+            previous = digit_stage(groups[0], [plus_times(self.i.payload.num, k) for k in self.plan.first_trials], entry,
                                    [times(c) for c in digits])
             groups = groups[1:]
         else:
@@ -167,7 +152,7 @@ class FloorDivider(wiring.Component):
             previous = digit_stage(group, trials, previous, [previous.multiples[c - 1] for c in digits])
         m.d.comb += [
             out.i.valid.eq(previous.valid),
-            out.i.payload.value.eq(previous.quotient + self.offset if self.rule is None else previous.value),
+            out.i.payload.value.eq(previous.quotient + self.plan.offset if self.plan.rule is None else previous.value),
             out.i.payload.tag.eq(previous.tag),
         ]
         return m

@@ -1,5 +1,5 @@
 from amaranth.hdl import Module, Mux, Shape, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["StreamFIFO", "SkidBuffer", "RegisterSlice"]
@@ -67,9 +67,8 @@ class SkidBuffer(wiring.Component):
 
 
 class StreamFIFO(wiring.Component):
-    """A first-in first-out queue with ``stream`` ports of any payload shape.
+    """A first-in first-out queue with ``stream`` ports of any payload shape, in LUT RAM.
 
-    ``amaranth.lib.fifo`` queues carry plain bit vectors; this gives them typed stream ports.
     The queue's readiness does not depend on its consumer's in the same cycle, so it also
     breaks combinational paths between producer and consumer.
 
@@ -77,30 +76,53 @@ class StreamFIFO(wiring.Component):
     -----
     i : ``In(stream.Signature(shape))``
     o : ``Out(stream.Signature(shape))``
+    level : ``Out(range(depth + 1))``, the items queued.
 
-    Latency 1 cycle (``SyncFIFO``: the head is read from distributed RAM without a register),
-    throughput one item per cycle. With ``fall_through``, an item that arrives at an empty
-    queue whose consumer is ready passes straight through, in the same cycle; the input's
-    readiness still depends only on the queue.
+    Latency 1 cycle (the head is read from LUT RAM without a register), throughput one item per
+    cycle. With ``fall_through``, an item that arrives at an empty queue whose consumer is ready
+    passes straight through, in the same cycle; the input's readiness still depends only on the
+    queue.
     """
 
     def __init__(self, shape, depth, *, fall_through=False):
         self.shape, self.depth, self.fall_through = shape, depth, fall_through
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)),
+                          "level": Out(range(depth + 1))})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.queue = queue = fifo.SyncFIFO(
-            width=Shape.cast(self.shape).width, depth=self.depth)
+        # Its memory is LUT RAM whatever its size, as the plan counts it (plan.plan.MemoryPlan).
+        m.submodules.storage = storage = memory.Memory(shape=Shape.cast(self.shape).width, depth=self.depth,
+                                                       init=[], attrs={"ram_style": "distributed"})
+        write, read = storage.write_port(), storage.read_port(domain="comb")
+        level = self.level
+        produce = Signal(range(self.depth))
+        consume = Signal(range(self.depth))
+        nonempty, room = Signal(), Signal()
+        m.d.comb += [room.eq(level != self.depth), nonempty.eq(level != 0)]
         passing = Signal()  # the queue is empty: the input is the output
         if self.fall_through:
-            m.d.comb += passing.eq(~queue.r_rdy)
+            m.d.comb += passing.eq(~nonempty)
+        writing = self.i.valid & ~(passing & self.o.ready) & room
+        reading = self.o.ready & ~passing & nonempty
         m.d.comb += [
-            queue.w_data.eq(self.i.payload),
-            queue.w_en.eq(self.i.valid & ~(passing & self.o.ready)),
-            self.i.ready.eq(queue.w_rdy),
-            self.o.payload.eq(Mux(passing, self.i.payload, queue.r_data)),
-            self.o.valid.eq(Mux(passing, self.i.valid, queue.r_rdy)),
-            queue.r_en.eq(self.o.ready & ~passing),
+            write.addr.eq(produce), write.data.eq(self.i.payload), write.en.eq(writing),
+            read.addr.eq(consume),
+            self.i.ready.eq(room),
+            self.o.payload.eq(Mux(passing, self.i.payload, read.data)),
+            self.o.valid.eq(Mux(passing, self.i.valid, nonempty)),
         ]
+
+        def following(pointer):
+            if self.depth == 1 << len(pointer):
+                return pointer + 1
+            return Mux(pointer == self.depth - 1, 0, pointer + 1)
+        with m.If(writing):
+            m.d.sync += produce.eq(following(produce))
+        with m.If(reading):
+            m.d.sync += consume.eq(following(consume))
+        with m.If(writing & ~reading):
+            m.d.sync += level.eq(level + 1)
+        with m.If(reading & ~writing):
+            m.d.sync += level.eq(level - 1)
         return m

@@ -13,12 +13,12 @@ def check_banks(banks):
 class CacheRead(wiring.Signature):
     """A read of one group of ``banks`` consecutive cache positions: ``group`` in, the rows
     ``group · banks + b`` out, bank by bank, :attr:`KVCache.LATENCY` cycles later (seen from
-    the reader)."""
+    the reader), for a :class:`plan.units.CachePlan`."""
 
-    def __init__(self, d_model, seq_len, banks=1):
-        check_banks(banks)
-        rows = data.ArrayLayout(data.ArrayLayout(signed(8), d_model), banks)
-        super().__init__({"group": Out(range(-(-seq_len // banks))), "k": In(rows), "v": In(rows)})
+    def __init__(self, plan):
+        check_banks(plan.banks)
+        rows = data.ArrayLayout(data.ArrayLayout(signed(8), plan.d_model), plan.banks)
+        super().__init__({"group": Out(range(plan.depth)), "k": In(rows), "v": In(rows)})
 
 
 class KVCache(wiring.Component):
@@ -43,18 +43,15 @@ class KVCache(wiring.Component):
 
     LATENCY = 2
 
-    def __init__(self, d_model, seq_len, *, banks=1):
-        check_banks(banks)
-        self.d_model, self.seq_len, self.banks = d_model, seq_len, banks
-        row = data.ArrayLayout(signed(8), d_model)
+    def __init__(self, plan):
+        check_banks(plan.banks)
+        self.plan = plan
+        self.d_model, self.seq_len, self.banks = plan.d_model, plan.seq_len, plan.banks
+        row = data.ArrayLayout(signed(8), plan.d_model)
         super().__init__({
-            "write": In(stream.Signature(data.StructLayout({"pos": range(seq_len), "k": row, "v": row}))),
-            "read": In(CacheRead(d_model, seq_len, banks)),
+            "write": In(stream.Signature(data.StructLayout({"pos": range(plan.seq_len), "k": row, "v": row}))),
+            "read": In(CacheRead(plan)),
         })
-
-    @property
-    def bits(self):
-        return 2 * self.seq_len * self.d_model * 8
 
     def elaborate(self, platform):
         m = Module()
@@ -65,7 +62,7 @@ class KVCache(wiring.Component):
             for name in ("k", "v"):
                 # Block RAM even where the rows are few: in distributed RAM, the read address
                 # would fan out to every bit of the cache.
-                store = memory.Memory(shape=unsigned(8 * self.d_model), depth=-(-self.seq_len // self.banks),
+                store = memory.Memory(shape=unsigned(self.plan.row_bits), depth=self.plan.depth,
                                       init=[], attrs={"ram_style": "block"})
                 m.submodules[f"{name}{bank}"] = store
                 writer = store.write_port()

@@ -1,31 +1,19 @@
-"""Products wider than a multiplier, cut in two so that each half is one multiplier.
+"""Products, each made of pieces that fit a multiplier, with their operands in registers of their own.
 
-An ECP5 multiplier takes 18-bit signed operands. Yosys maps a wider product onto several
-and adds their outputs in the same cycle, after the multipliers' own delay: the slowest
-path of a design. ``split_product`` instead registers each half's product and adds them
-in the next cycle.
+An ECP5 multiplier takes 18-bit signed operands. A wider product is cut into the pieces the
+plan counts (:func:`plan.arithmetic.product_terms`): each pair of pieces is a product of its
+own, registered, and the pieces' products are added where the product is used. Yosys would
+otherwise cut it itself and add the partial products in the same cycle, after the
+multipliers' own delay: the slowest path of a design.
 """
 
-from amaranth.hdl import ClockSignal, Instance, Mux, Signal, signed
+from amaranth.hdl import ClockSignal, Const, Instance, Mux, Signal, signed
 
-__all__ = ["MULTIPLIER_BITS", "product_stages", "product_terms", "split_product", "nibble_products",
-           "lut_product", "operand_product", "dsp_product", "operand_terms", "tree_sum"]
+from plan.arithmetic import (MULTIPLIER_BITS, NARROWEST_MULTIPLIED, constant_product_terms, piece_value, pieces,
+                             product_terms as planned_terms, signed_digits)
 
-MULTIPLIER_BITS = 18
-LOW_BITS = MULTIPLIER_BITS - 1  # the low half goes in unsigned, so one bit less
-SHIFT_ADD_BITS = 3  # a high half this narrow is added up in logic instead
-
-
-def product_stages(a_bits, signed=True):
-    """Cycles from registered operands to the registered product: 1, or 2 when cut."""
-    return 1 if a_bits + (0 if signed else 1) <= MULTIPLIER_BITS else 2
-
-
-def product_terms(m, a, b, enable, width, name):
-    """``a · b`` as the registers, one cycle later (moving on ``enable``), whose sum it is: the
-    product, or its two halves where ``a`` is wider than a multiplier (to be added where the
-    product is used). ``b`` must fit a multiplier."""
-    return _terms(m, a, b, enable, width, name, multiply=lambda x, y, _: x * y, hold=lambda value, _: value)
+__all__ = ["product_terms", "operand_terms", "split_product", "nibble_products", "lut_product", "operand_product",
+           "dsp_product", "tree_sum"]
 
 
 def _register(m, value, enable, shape, name):
@@ -36,38 +24,91 @@ def _register(m, value, enable, shape, name):
     return register
 
 
-def _terms(m, a, b, enable, width, name, *, multiply, hold):
-    """The terms of :func:`product_terms`, with ``multiply(x, y, name)`` the product of two
-    operands and ``hold(value, name)`` an operand as the multipliers see it."""
-    def registered(value, term_name, term_width=width):
-        return _register(m, value, enable, signed(term_width), term_name)
+def _piece(value, piece):
+    part = value[piece.low:piece.low + piece.bits]
+    return part.as_signed() if piece.signed else part
 
-    if product_stages(len(a), a.shape().signed) == 1:
-        return [registered(multiply(a, b, f"{name}_multiplier"), name)]
-    high_part = a[LOW_BITS:].as_signed() if a.shape().signed else a[LOW_BITS:]
-    if len(high_part) <= SHIFT_ADD_BITS:
-        # A few high bits: a sum of shifted copies of `b` costs less than a multiplier.
-        high_bits, b_bits = hold(high_part, f"{name}_high_bits"), hold(b, f"{name}_b")
-        terms = [Mux(high_bits[i], b_bits << i, 0) for i in range(len(high_bits))]
-        if a.shape().signed:
-            terms[-1] = -terms[-1]  # the sign bit weighs −2^i
-        high_product = sum(terms)
+
+def _shifts(narrow, narrow_signed, wide):
+    """``narrow · wide`` as a sum of shifted copies of ``wide``, one per bit of ``narrow``."""
+    terms = [Mux(narrow[i], wide << i, 0) for i in range(len(narrow))]
+    if narrow_signed:
+        terms[-1] = -terms[-1]  # the sign bit weighs −2^i
+    return sum(terms[1:], terms[0])
+
+
+def _terms(m, a, b, enable, width, name, *, multiply, hold):
+    """The registered terms whose sum is ``a · b`` (``b`` a signal, or an int: a constant), with
+    ``multiply(x, y, name)`` the product of two operands and ``hold(value, name)`` an operand as
+    the multipliers see it. A term is as wide as its pieces' product, but the top one, which is
+    ``width`` wide."""
+    a_signed = a.shape().signed
+    if isinstance(b, int):
+        terms = constant_product_terms(len(a), a_signed, b)
     else:
-        high_product = multiply(high_part, b, f"{name}_high_multiplier")
-    low = registered(multiply(a[:LOW_BITS], b, f"{name}_low_multiplier"), f"{name}_low", LOW_BITS + len(b) + 1)
-    return [low, registered(high_product, f"{name}_high") << LOW_BITS]
+        terms = planned_terms(len(a), a_signed, len(b), b.shape().signed)
+    top_a, top_b = len(pieces(len(a), a_signed)) - 1, None
+    out = []
+    for index, term in enumerate(terms):
+        if len(terms) == 1:
+            term_name = name
+        elif len(terms) == 2 and term.b.low == 0 and (isinstance(b, int) or len(pieces(len(b), b.shape().signed)) == 1):
+            term_name = f"{name}_{'low' if term.a.low == 0 else 'high'}"
+        else:
+            term_name = f"{name}_{term.a.low}_{term.b.low}"
+        a_piece = _piece(a, term.a)
+        top = term.a.low == pieces(len(a), a_signed)[top_a].low and (
+            isinstance(b, int) or term.b.low == pieces(len(b), b.shape().signed)[-1].low)
+        term_width = width if top else min(width, term.a.bits + term.b.bits + 1)
+        if isinstance(b, int):
+            value = piece_value(b, term.b)
+            if term.kind == "shifts":
+                held = hold(a_piece, f"{term_name}_a")
+                product = sum((held << shift) if sign > 0 else -(held << shift) for shift, sign in signed_digits(value))
+            else:
+                product = multiply(a_piece, Const(value, signed(term.b.bits + (not term.b.signed))),
+                                   f"{term_name}_multiplier")
+        else:
+            b_piece = _piece(b, term.b)
+            if term.kind == "shifts":
+                # A narrow piece: a sum of shifted copies of the other costs less than a multiplier.
+                (narrow, narrow_signed, narrow_name), (wide, wide_name) = (
+                    ((a_piece, term.a.signed, "high_bits"), (b_piece, "b")) if term.a.bits <= term.b.bits
+                    else ((b_piece, term.b.signed, "b_bits"), (a_piece, "a")))
+                product = _shifts(hold(narrow, f"{term_name}_{narrow_name}"), narrow_signed,
+                                  hold(wide, f"{term_name}_{wide_name}"))
+            else:
+                product = multiply(a_piece, b_piece, f"{term_name}_multiplier")
+        register = _register(m, product, enable, signed(term_width), term_name)
+        out.append(register << (term.a.low + term.b.low))
+    if not out:
+        out.append(Const(0, signed(1)))
+    return out
+
+
+def product_terms(m, a, b, enable, width, name):
+    """``a · b`` of two registered operands as the registers, one cycle later (moving on
+    ``enable``), whose sum it is (to be added where the product is used)."""
+    return _terms(m, a, b, enable, width, name, multiply=lambda x, y, _: x * y, hold=lambda value, _: value)
+
+
+def operand_terms(m, platform, a, b, enable, width, name):
+    """As :func:`product_terms`, but of operands not yet registered: the pieces go into operand
+    registers (a multiplier's own, see :func:`operand_product`), the terms into registers a
+    cycle later, all moving on ``enable``."""
+    return _terms(m, a, b, enable, width, name,
+                  hold=lambda value, register_name: _register(m, value, enable, value.shape(), register_name),
+                  multiply=lambda x, y, multiplier_name: operand_product(m, platform, x, y, enable=enable,
+                                                                         name=multiplier_name))
 
 
 def split_product(m, a, b, enable, width, name):
-    """The product ``a · b`` in a register ``product_stages`` cycles later (moving on
-    ``enable``); ``b`` must fit a multiplier."""
+    """The product ``a · b`` of registered operands in a register: a cycle later where it is
+    one term, two where its terms are added in a stage of their own."""
     terms = product_terms(m, a, b, enable, width, name)
     if len(terms) == 1:
         return terms[0]
-    product = Signal(signed(width), name=f"{name}_sum")
-    with m.If(enable):
-        m.d.sync += product.eq(terms[0] + terms[1])
-    return product
+    return _register(m, sum(terms[1:], terms[0]), enable, signed(width), f"{name}_sum")
 
 
 def nibble_products(a, b):
@@ -98,7 +139,7 @@ def lut_product(a, b, *, name):
     """``a · b`` for an 8-bit signed ``b``, made of LUT logic and registered, as the two partial
     products of :func:`nibble_products`. Returns the register assignments (for the caller's
     domain and enable) and the terms the product is the sum of, to be added where the product
-    is used. (A product in a DSP block: :func:`operand_product`.)"""
+    is used. (A product in DSP blocks: :func:`dsp_product`.)"""
     low = Signal(signed(len(a) + 5), name=f"{name}_low")
     high = Signal(signed(len(a) + 4), name=f"{name}_high")
     low_part, high_part = nibble_products(a, b)
@@ -109,13 +150,15 @@ def operand_product(m, platform, a, b, *, enable=1, name):
     """``a · b`` as ``a`` and ``b`` were a cycle earlier: the product of two operand registers
     (moving on ``enable``), not itself registered.
 
-    On an ECP5, where both fit one multiplier, the operand registers are the multiplier's own
-    (``MULT18X18D`` with its A and B input registers): the long route into a multiplier then
-    ends in a register, and only the multiplier's delay and the route out lie between it and
-    the next. Elsewhere (simulation), and for wider operands, two registers do the same.
+    On an ECP5, where both fit one multiplier (and are wide enough for Yosys to take one), the
+    operand registers are the multiplier's own (``MULT18X18D`` with its A and B input
+    registers): the long route into a multiplier then ends in a register, and only the
+    multiplier's delay and the route out lie between it and the next. Elsewhere
+    (simulation), two registers do the same.
     """
     width = len(a) + len(b) + (0 if a.shape().signed or b.shape().signed else 1)
-    fits = all(product_stages(len(operand), operand.shape().signed) == 1 for operand in (a, b))
+    fits = all(len(pieces(len(operand), operand.shape().signed)) == 1 and len(operand) >= NARROWEST_MULTIPLIED
+               for operand in (a, b))
     if getattr(platform, "family", None) != "ecp5" or not fits:
         registered_a = _register(m, a, enable, a.shape(), f"{name}_a")
         registered_b = _register(m, b, enable, b.shape(), f"{name}_b")
@@ -143,18 +186,9 @@ def operand_product(m, platform, a, b, *, enable=1, name):
 
 
 def dsp_product(m, platform, a, b, *, enable=1, name):
-    """``a · b`` from operand registers of its own (:func:`operand_product`, moving on
-    ``enable``), registered: as :func:`lut_product` gives it, the register assignments (for the
-    caller's domain and enable) and the product's one term."""
-    product = Signal(signed(len(a) + len(b)), name=name)
-    return [product.eq(operand_product(m, platform, a, b, enable=enable, name=f"{name}_multiplier"))], [product]
-
-
-def operand_terms(m, platform, a, b, enable, width, name):
-    """As :func:`product_terms`, but of operands not yet registered: ``a`` and ``b`` go into
-    operand registers (a multiplier's own, see :func:`operand_product`), the terms of ``a · b``
-    into registers a cycle later, all moving on ``enable``. ``b`` must fit a multiplier."""
-    return _terms(m, a, b, enable, width, name,
-                  hold=lambda value, register_name: _register(m, value, enable, value.shape(), register_name),
-                  multiply=lambda x, y, multiplier_name: operand_product(m, platform, x, y, enable=enable,
-                                                                         name=multiplier_name))
+    """``a · b`` from operand registers of its own, registered: as :func:`lut_product` gives it,
+    the register assignments (for the caller's domain and enable) and the terms the product is
+    the sum of (one, where both operands fit a multiplier)."""
+    width = len(a) + len(b)
+    terms = operand_terms(m, platform, a, b, enable, width, name)
+    return [], terms

@@ -1,6 +1,7 @@
 """The command protocol between the host and the engine, spoken over the UART's byte streams.
 
-Frames (documented in ``docs/protocol.md``, implemented for the host in ``host/protocol.py``):
+Frames (documented in ``docs/protocol.md``; their numbers and layouts in :mod:`wire`, the host's
+side in ``host/protocol.py``):
 
 * request: ``A5 cmd tag len payload[len] crc``
 * reply:   ``5A type tag len payload[len] crc``
@@ -8,61 +9,23 @@ Frames (documented in ``docs/protocol.md``, implemented for the host in ``host/p
 ``crc`` is CRC-8/AUTOSAR over every byte after the sync byte. ``tag`` is the host's, echoed.
 """
 
-import enum
+import struct
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal
-from amaranth.lib import crc, fifo, memory, stream, wiring
+from amaranth.lib import crc, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .engine import Error as EngineError, Op, command_layout, status_layout
+from wire import MAX_PAYLOAD, POSITION_FORMAT, REPLY_SYNC, REQUEST_SYNC, Command, Fault, Reply, Stats
 
-__all__ = ["Command", "Reply", "Fault", "REQUEST_SYNC", "REPLY_SYNC", "CommandProtocol", "ident_payload"]
+from .fifo import StreamFIFO
+from .interface import EngineControl, Error as EngineError, Op
 
-REQUEST_SYNC = 0xA5
-REPLY_SYNC = 0x5A
-
-
-class Command(enum.IntEnum):
-    IDENT = 0x01
-    RESET = 0x02
-    FEED = 0x03
-    GENERATE = 0x04
-    STATS = 0x05
-
-
-class Reply(enum.IntEnum):
-    OK = 0x80        # payload: position (u16)
-    IDENT = 0x81     # payload: see ident_payload
-    TOKEN = 0x82     # payload: the tokens generated since the last TOKEN reply (1 to 255)
-    STATS = 0x83     # payload: cycles of the last step (u32), position (u16), steps (u32)
-    ERROR = 0xE0     # payload: a Fault
-
-
-class Fault(enum.IntEnum):
-    TOKEN = 1        # a token outside the vocab
-    POSITION = 2     # the command would run past seq_len
-    NO_PROMPT = 3    # GENERATE with nothing fed since RESET
-    COUNT = 4        # GENERATE 0
-    CRC = 5          # the frame's CRC does not match
-    TRUNCATED = 6    # the line went quiet in the middle of a frame
-    UNKNOWN = 7      # an unknown command
-    LENGTH = 8       # a payload length the command does not take
-
+__all__ = ["CommandProtocol"]
 
 FROM_ENGINE = {EngineError.TOKEN: Fault.TOKEN, EngineError.POSITION: Fault.POSITION,
                EngineError.NO_PROMPT: Fault.NO_PROMPT, EngineError.COUNT: Fault.COUNT}
 
 CRC8 = crc.catalog.CRC8_AUTOSAR
-
-
-def ident_payload(model, lanes, clock_hz, baud, ways, lut_ways):
-    """IDENT's payload: sha256 (32 bytes), d_model, n_heads, d_ff, vocab, seq_len (u16 each),
-    lanes (u16), clock in Hz (u32), baud (u32), ways and LUT ways (u8 each)."""
-    out = bytes.fromhex(model.sha256)
-    for value in (model.d_model, model.n_heads, model.d_ff, model.vocab, model.seq_len, lanes):
-        out += value.to_bytes(2, "little")
-    out += int(clock_hz).to_bytes(4, "little") + int(baud).to_bytes(4, "little")
-    return out + bytes([ways, lut_ways])
 
 
 class CommandProtocol(wiring.Component):
@@ -78,33 +41,41 @@ class CommandProtocol(wiring.Component):
     the line; each ``TOKEN`` reply carries every token queued when it starts (up to 255), so
     the line carries about a byte per token once the engine outpaces it.
 
+    Parameters
+    ----------
+    seq_len, vocab : int
+        The model's.
+    ident : bytes
+        IDENT's reply (a :class:`wire.Ident`, packed).
+    timeout : int
+        Cycles of silence inside a frame after which it is dropped as truncated.
+
     Ports
     -----
     rx : ``In(stream.Signature(8))``, bytes from the host.
     tx : ``Out(stream.Signature(8))``, bytes to the host.
-    cmd, tokens, status : the engine's ports, seen from the other side.
+    engine : ``Out(EngineControl(seq_len))``, the engine's control.
     """
 
-    MAX_PAYLOAD = 255
+    MAX_PAYLOAD = MAX_PAYLOAD
 
-    def __init__(self, model, *, ident, timeout):
-        self.model, self.ident, self.timeout = model, bytes(ident), timeout
+    def __init__(self, *, seq_len, vocab, ident, timeout):
+        self.seq_len, self.vocab, self.ident, self.timeout = seq_len, vocab, bytes(ident), timeout
         super().__init__({
             "rx": In(stream.Signature(8)),
             "tx": Out(stream.Signature(8)),
-            "cmd": Out(stream.Signature(command_layout(model.seq_len))),
-            "tokens": In(stream.Signature(8)),
-            "status": In(status_layout(model.seq_len)),
+            "engine": Out(EngineControl(seq_len)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        model = self.model
-        seq_len, vocab = model.seq_len, model.vocab
+        seq_len, vocab = self.seq_len, self.vocab
+        engine = self.engine
 
         # -- Receiving a frame.
         m.submodules.rx_crc = rx_crc = CRC8(data_width=8).create()
-        m.submodules.buffer = buffer = memory.Memory(shape=8, depth=self.MAX_PAYLOAD, init=[])
+        m.submodules.buffer = buffer = memory.Memory(shape=8, depth=self.MAX_PAYLOAD, init=[],
+                                                     attrs={"ram_style": "distributed"})
         buffer_write = buffer.write_port()
         buffer_read = buffer.read_port(domain="comb")
         command = Signal(8)
@@ -130,17 +101,14 @@ class CommandProtocol(wiring.Component):
         token = Signal(8)
         stats = Signal(80)
         # Generated tokens, queued until a reply carries them.
-        m.submodules.pending = pending = fifo.SyncFIFO(width=8, depth=seq_len + 1)
-        m.d.comb += [
-            pending.w_data.eq(self.tokens.payload),
-            pending.w_en.eq(self.tokens.valid),
-            self.tokens.ready.eq(pending.w_rdy),
-        ]
-        m.submodules.ident = ident_rom = memory.Memory(shape=8, depth=len(self.ident), init=self.ident)
+        m.submodules.pending = pending = StreamFIFO(8, seq_len + 1)
+        wiring.connect(m, wiring.flipped(engine.tokens), pending.i)
+        m.submodules.ident = ident_rom = memory.Memory(shape=8, depth=len(self.ident), init=self.ident,
+                                                       attrs={"rom_style": "logic", "ram_style": "logic"})
         ident_read = ident_rom.read_port(domain="comb")
         m.d.comb += ident_read.addr.eq(sent)
         pos_bytes = Signal(16)
-        m.d.comb += pos_bytes.eq(self.status.pos)
+        m.d.comb += pos_bytes.eq(engine.status.pos)
         payload_byte = Signal(8)
         with m.Switch(reply_type):
             with m.Case(Reply.OK):
@@ -148,12 +116,13 @@ class CommandProtocol(wiring.Component):
             with m.Case(Reply.IDENT):
                 m.d.comb += payload_byte.eq(ident_read.data)
             with m.Case(Reply.TOKEN):
-                m.d.comb += payload_byte.eq(pending.r_data)
+                m.d.comb += payload_byte.eq(pending.o.payload)
             with m.Case(Reply.STATS):
                 m.d.comb += payload_byte.eq(Array(stats.word_select(i, 8) for i in range(10))[sent])
             with m.Case(Reply.ERROR):
                 m.d.comb += payload_byte.eq(fault)
-        reply_lengths = {Reply.OK: 2, Reply.IDENT: len(self.ident), Reply.STATS: 10, Reply.ERROR: 1}
+        reply_lengths = {Reply.OK: struct.calcsize(POSITION_FORMAT), Reply.IDENT: len(self.ident),
+                         Reply.STATS: struct.calcsize(Stats.FORMAT), Reply.ERROR: 1}
 
         def reply(kind, then, length=None):
             m.d.sync += [reply_type.eq(kind), reply_length.eq(reply_lengths[kind] if length is None else length),
@@ -187,7 +156,7 @@ class CommandProtocol(wiring.Component):
                     with m.If(self.tx.ready):
                         m.d.sync += sent.eq(sent + 1)
                         if then == "GENERATE_TOKENS":  # a TOKEN reply's bytes leave the queue
-                            m.d.comb += pending.r_en.eq(1)
+                            m.d.comb += pending.o.ready.eq(1)
             with m.State(f"SEND_CRC_{then}"):
                 m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(tx_crc.crc)]
                 with m.If(self.tx.ready):
@@ -197,7 +166,7 @@ class CommandProtocol(wiring.Component):
         m.d.sync += quiet.eq(Mux(got | ~in_frame, 0, quiet + 1))
         timed_out = quiet == self.timeout
 
-        op, arg = self.cmd.payload.op, self.cmd.payload.arg
+        op, arg = engine.cmd.payload.op, engine.cmd.payload.arg
         count = Signal(16)
         with m.FSM():
             with m.State("HUNT"):
@@ -268,21 +237,22 @@ class CommandProtocol(wiring.Component):
                         with m.Case(Command.RESET):
                             m.next = "RESET"
                         with m.Case(Command.STATS):
-                            m.d.sync += stats.eq(Const(0, 80) | self.status.cycles
-                                                 | (self.status.pos << 32) | (self.status.steps << 48))
+                            # As wire.Stats packs them: cycles (u32), position (u16), steps (u32).
+                            m.d.sync += stats.eq(Const(0, 80) | engine.status.cycles
+                                                 | (engine.status.pos << 32) | (engine.status.steps << 48))
                             reply(Reply.STATS, "HUNT")
                         with m.Case(Command.FEED):
                             with m.If(bad_token):
                                 fail(Fault.TOKEN)
-                            with m.Elif(self.status.pos + length > seq_len):
+                            with m.Elif(engine.status.pos + length > seq_len):
                                 fail(Fault.POSITION)
                             with m.Else():
                                 m.next = "FEED"
                         with m.Case(Command.GENERATE):
                             m.next = "GENERATE_COUNT"
             with m.State("RESET"):
-                m.d.comb += [self.cmd.valid.eq(1), op.eq(Op.NEW)]
-                with m.If(self.cmd.ready):
+                m.d.comb += [engine.cmd.valid.eq(1), op.eq(Op.NEW)]
+                with m.If(engine.cmd.ready):
                     m.next = "SETTLE_OK"
             with m.State("FEED"):
                 # The token goes through a register: the engine judges it in the same cycle.
@@ -291,17 +261,17 @@ class CommandProtocol(wiring.Component):
             with m.State("FEED_OFFER"):
                 # Only the frame's last token needs its next token (for GENERATE): the others
                 # are prefill steps, which make only their cache row.
-                m.d.comb += [self.cmd.valid.eq(1), op.eq(Mux(received == length, Op.FEED, Op.PREFILL)),
+                m.d.comb += [engine.cmd.valid.eq(1), op.eq(Mux(received == length, Op.FEED, Op.PREFILL)),
                              arg.eq(token)]
-                with m.If(self.cmd.ready):
+                with m.If(engine.cmd.ready):
                     m.next = "FEED_WAIT"
             with m.State("FEED_WAIT"):
-                with m.If(~self.status.busy & (received == length)):
+                with m.If(~engine.status.busy & (received == length)):
                     m.next = "SETTLE_OK"
-                with m.Elif(~self.status.busy):
+                with m.Elif(~engine.status.busy):
                     m.next = "FEED"
             with m.State("SETTLE_OK"):
-                with m.If(~self.status.busy):
+                with m.If(~engine.status.busy):
                     reply(Reply.OK, "HUNT")
             with m.State("GENERATE_COUNT"):
                 # The count is little-endian: byte 0 now (`received` is 0), byte 1 next.
@@ -316,9 +286,9 @@ class CommandProtocol(wiring.Component):
                 with m.Else():
                     m.next = "GENERATE"
             with m.State("GENERATE"):
-                m.d.comb += [self.cmd.valid.eq(1), op.eq(Op.GENERATE),
+                m.d.comb += [engine.cmd.valid.eq(1), op.eq(Op.GENERATE),
                              arg.eq(count)]
-                with m.If(self.cmd.ready):
+                with m.If(engine.cmd.ready):
                     m.next = "GENERATE_TOKENS"
             with m.State("GENERATE_TOKENS"):
                 # The engine is busy from the command's acceptance until its last token is
@@ -327,9 +297,9 @@ class CommandProtocol(wiring.Component):
                 with m.If(pending.level != 0):
                     reply(Reply.TOKEN, "GENERATE_TOKENS",
                           length=Mux(pending.level > self.MAX_PAYLOAD, self.MAX_PAYLOAD, pending.level))
-                with m.Elif(~self.status.busy):
-                    with m.If(self.status.error != EngineError.NONE):
-                        fail(errors[self.status.error])
+                with m.Elif(~engine.status.busy):
+                    with m.If(engine.status.error != EngineError.NONE):
+                        fail(errors[engine.status.error])
                     with m.Else():
                         reply(Reply.OK, "HUNT")
             sender("HUNT")

@@ -17,11 +17,9 @@ class Residual(wiring.Component):
 
     Parameters
     ----------
-    vectors : dict of name → :class:`~int8model.bounds.Bound`
-        The stored vectors and the range of their entries.
-    rules : list of ``(add_from, store_to)``
-        Vector names or ``None``, one pair per ``select`` value.
-    columns : int
+    plan : :class:`plan.units.ResidualPlan`
+        The stored vectors and the range of their entries; per ``select`` value, the vector it
+        adds from and the one it stores to (or ``None``); the columns; the stored values' width.
 
     Ports
     -----
@@ -34,21 +32,21 @@ class Residual(wiring.Component):
         a cycle after a cycle with ``store_valid``.
     """
 
-    def __init__(self, vectors, rules, columns, value_bits):
-        self.vectors, self.rules, self.columns = dict(vectors), list(rules), columns
+    def __init__(self, plan):
+        self.plan = plan
+        self.vectors, self.rules, self.columns = dict(plan.vectors), list(plan.rules), plan.columns
         for add_from, store_to in self.rules:
             for name in (add_from, store_to):
                 if name is not None and name not in self.vectors:
                     raise ValueError(f"no stored vector {name!r}")
-        self.addend_bits = max(bound.bits for bound in self.vectors.values())
-        tag, select = range(columns), range(len(self.rules))
+        tag, select = range(self.columns), range(len(self.rules))
         super().__init__({
             "lookup_tag": In(tag),
             "lookup_select": In(select),
-            "addend": Out(signed(self.addend_bits)),
+            "addend": Out(signed(plan.addend_bits)),
             "store_tag": In(tag),
             "store_select": In(select),
-            "store_value": In(signed(value_bits)),
+            "store_value": In(signed(plan.value_bits)),
             "store_valid": In(1),
         })
 
@@ -64,7 +62,8 @@ class Residual(wiring.Component):
         m.d.sync += [store_tag.eq(self.store_tag), store_value.eq(self.store_value)]
         reads, writes = {}, {}
         for name, bound in self.vectors.items():
-            store = memory.Memory(shape=signed(bound.bits), depth=self.columns, init=[])
+            store = memory.Memory(shape=signed(bound.bits), depth=self.columns, init=[],
+                                  attrs={"ram_style": "distributed"})
             m.submodules[name] = store
             reads[name] = store.read_port(domain="comb")
             writes[name] = store.write_port()

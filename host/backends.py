@@ -51,19 +51,19 @@ def _golden(model, **_options):
 
 def _serial(model, *, port=None, baud=None, model_path=None, **_options):
     import serial
-    from hdl.top import DEFAULT_BAUD
+    from wire import DEFAULT_BAUD
     port = port or find_board()
     if port is None:
         raise OSError("no ULX3S found on a serial port; give --port, or use --backend sim")
     return DeviceBackend(model, serial.Serial(port, baud or DEFAULT_BAUD, timeout=5))
 
 
-def _sim(model, *, model_path=None, lanes=None, **_options):
+def _sim(model, *, model_path=None, shape=None, device="85F", **_options):
     import serial
     from sim.board import SimulatedBoard
     if model_path is None:
         raise ValueError("the simulated board is built from a model file: give its path")
-    board = SimulatedBoard(model_path, lanes)
+    board = SimulatedBoard(model_path, shape, device)
     try:
         transport = serial.Serial(board.port, timeout=60)
     except BaseException:

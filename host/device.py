@@ -6,7 +6,8 @@
 
 import itertools
 import struct
-from dataclasses import dataclass
+
+from wire import COUNT_FORMAT, MAX_PAYLOAD, POSITION_FORMAT, Ident, Stats
 
 from .protocol import Command, Fault, FrameReader, Reply, encode_request
 
@@ -34,33 +35,6 @@ class DeviceError(Exception):
 
 class IdentityMismatch(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class Ident:
-    sha256: str
-    d_model: int
-    n_heads: int
-    d_ff: int
-    vocab: int
-    seq_len: int
-    lanes: int
-    clock_hz: int
-    baud: int
-    ways: int      # elements a cycle between the units: MAC multipliers = lanes × ways
-    lut_ways: int  # of them, built from LUTs
-
-    @classmethod
-    def parse(cls, payload):
-        fields = struct.unpack("<6H2I2B", payload[32:])
-        return cls(payload[:32].hex(), *fields)
-
-
-@dataclass(frozen=True)
-class Stats:
-    cycles: int   # cycles of the last decode step
-    pos: int      # position of the next step (= tokens in the sequence so far)
-    steps: int    # steps since reset
 
 
 class Device:
@@ -127,7 +101,7 @@ class Device:
         raise TimeoutError(f"the device did not answer after {attempts} attempts")
 
     def ident(self):
-        return Ident.parse(self._expect(self._send(Command.IDENT), Reply.IDENT))
+        return Ident.unpack(self._expect(self._send(Command.IDENT), Reply.IDENT))
 
     def check_model(self, model):
         """Refuse a device built for another model than ``model``."""
@@ -142,17 +116,17 @@ class Device:
         self._expect(self._send(Command.RESET), Reply.OK)
 
     def feed(self, tokens):
-        """Run a step for each token (at most 255 per frame); returns the position after."""
+        """Run a step for each token (at most MAX_PAYLOAD per frame); returns the position after."""
         tokens = list(tokens)
         pos = None
-        for start in range(0, len(tokens), 255):
-            payload = bytes(tokens[start:start + 255])
-            pos = int.from_bytes(self._expect(self._send(Command.FEED, payload), Reply.OK), "little")
+        for start in range(0, len(tokens), MAX_PAYLOAD):
+            payload = bytes(tokens[start:start + MAX_PAYLOAD])
+            pos, = struct.unpack(POSITION_FORMAT, self._expect(self._send(Command.FEED, payload), Reply.OK))
         return pos
 
     def generate(self, count):
         """Yield each generated token as the device makes it."""
-        tag = self._send(Command.GENERATE, count.to_bytes(2, "little"))
+        tag = self._send(Command.GENERATE, struct.pack(COUNT_FORMAT, count))
         received = 0
         while received < count:
             # A reply carries every token the device made since the last one.
@@ -164,6 +138,4 @@ class Device:
         self._expect(tag, Reply.OK)
 
     def stats(self):
-        payload = self._expect(self._send(Command.STATS), Reply.STATS)
-        cycles, pos, steps = struct.unpack("<IHI", payload)
-        return Stats(cycles, pos, steps)
+        return Stats.unpack(self._expect(self._send(Command.STATS), Reply.STATS))

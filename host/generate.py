@@ -6,16 +6,15 @@ Prints one ``GEN i token`` line per generated token (the reference trace format)
 
 import argparse
 import sys
-from pathlib import Path
 
 from int8model.format import ModelError, load
 from int8model.golden import DecodeError, check_generation
 from int8model.train import Tokenizer
 
+from plan.options import add_model_argument, add_shape_arguments, asked_shape
+
 from .backends import BACKENDS, default_backend, open_backend
 from .device import DeviceError, IdentityMismatch
-
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "models" / "zen32.json"
 
 
 def parse_prompt(text):
@@ -31,16 +30,14 @@ def main(argv=None):
     parser.add_argument("--backend", choices=sorted(BACKENDS),
                         help="where the decode steps run: the NumPy golden model, the simulated "
                              "board, or the board (default: the board if one is attached, else sim)")
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL,
-                        help="the int8 model file (default: the shipped demo model)")
+    add_model_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", type=parse_prompt, help="prompt token ids, e.g. 3,1,4")
     source.add_argument("--text", help="prompt text, encoded with the model's tokenizer")
     parser.add_argument("--generate", type=int, metavar="N",
                         help="tokens to generate (default: up to the end of the context)")
-    parser.add_argument("--port", help="serial port of the board (serial backend; found by default)")
-    parser.add_argument("--lanes", type=int,
-                        help="MAC lanes of the simulated board (default d_model rounded up to a multiple of its 4 ways)")
+    parser.add_argument("--port", help="serial port of the board (serial backend; default: the attached ULX3S)")
+    add_shape_arguments(parser, device_help="the simulated board is built as this part's build would be (sim backend)")
     args = parser.parse_args(argv)
 
     try:
@@ -57,7 +54,7 @@ def main(argv=None):
         print(model.identity_line, file=sys.stderr)
         backend_name = args.backend or default_backend()
         backend = open_backend(backend_name, model, port=args.port, model_path=args.model,
-                               lanes=args.lanes)
+                               shape=asked_shape(args), device=args.device)
         try:
             tokens = []
             for i, tok in enumerate(backend.generate(prompt, count)):

@@ -2,26 +2,26 @@
 
 Request ``A5 cmd tag len payload crc``, reply ``5A type tag len payload crc``; the CRC is
 CRC-8/AUTOSAR (polynomial 0x2F, initial 0xFF, final XOR 0xFF) over the bytes after the sync.
-The numbers of commands, replies and faults are the hardware's (``hdl.protocol``).
+The numbers of commands, replies and faults are the ones the device is built with (:mod:`wire`).
 """
 
-from hdl.protocol import REPLY_SYNC, REQUEST_SYNC, Command, Fault, Reply
+from wire import CRC_INITIAL, CRC_POLYNOMIAL, CRC_XOR, MAX_PAYLOAD, REPLY_SYNC, REQUEST_SYNC, Command, Fault, Reply
 
 __all__ = ["crc8", "encode_request", "FrameReader", "Command", "Reply", "Fault"]
 
 
 def crc8(data):
-    crc = 0xFF
+    crc = CRC_INITIAL
     for byte in data:
         crc ^= byte
         for _ in range(8):
-            crc = ((crc << 1) ^ 0x2F) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
-    return crc ^ 0xFF
+            crc = ((crc << 1) ^ CRC_POLYNOMIAL) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc ^ CRC_XOR
 
 
 def encode_request(command, tag, payload=b""):
-    if len(payload) > 255:
-        raise ValueError(f"a frame carries at most 255 payload bytes, not {len(payload)}")
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"a frame carries at most {MAX_PAYLOAD} payload bytes, not {len(payload)}")
     body = bytes([command, tag, len(payload)]) + bytes(payload)
     return bytes([REQUEST_SYNC]) + body + bytes([crc8(body)])
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from hdl.argmax import ArgMax
 from int8model.golden import argmax
+from plan.units import argmax_plan
 
 from .bench import start
 from .runner import bench_params
@@ -30,7 +31,7 @@ def runs(params, rng):
 @cocotb.test()
 async def argmax_matches_golden(dut):
     params = bench_params()
-    unit = ArgMax(params["bits"], params["length"], ways=params.get("ways", 1))
+    unit = ArgMax(argmax_plan(params["bits"], params["length"], params.get("ways", 1)))
     ways = unit.ways
     rng = random.Random(params["seed"])
     await start(dut)

@@ -18,8 +18,7 @@ from .streams import StreamSink, StreamSource
 
 def build(params):
     model = from_json(params["model"])
-    return model, AttentionWithCache(model, analyse(model), ways=params.get("ways", 1),
-                                     rows=params.get("rows", 1))
+    return model, AttentionWithCache(model, ways=params.get("ways", 1), rows=params.get("rows", 1))
 
 
 def rows(rng, bound, count, d, kind):

@@ -6,8 +6,9 @@ import random
 import cocotb
 
 from hdl.divider import FloorDivider
-from hdl.requant import Rule
 from int8model.bounds import Bound
+from plan.arithmetic import Rule
+from plan.requant import divider_plan
 from int8model.golden import fdiv, to8
 
 from .bench import start
@@ -20,8 +21,8 @@ def rule_of(params):
 
 
 def build(params):
-    return FloorDivider(Bound(*params["num"]), Bound(*params["den"]), Bound(*params["quotient"]),
-                        bits_per_stage=params.get("bits_per_stage", 2), rule=rule_of(params))
+    return FloorDivider(divider_plan(Bound(*params["num"]), Bound(*params["den"]), Bound(*params["quotient"]),
+                                     bits_per_stage=params.get("bits_per_stage", 2), rule=rule_of(params)))
 
 
 def cases(params, rng):

@@ -1,9 +1,12 @@
 """Bench: whole generations on the engine, every token against the golden model.
 
 An observer watches the streams between the units, so that on a mismatch the bench names the
-first intermediate of the first step that differs, not just the wrong token.
+first intermediate of the first step that differs, not just the wrong token. The launcher
+(:func:`run_engine`) and the bench make the engine the same way, from the model and the shape
+it is given once: the plan (:func:`engine_of`).
 """
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -11,18 +14,41 @@ from pathlib import Path
 import cocotb
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from hdl.engine import Engine, Error, Op
-from hdl.epilogue import Stage
+from hdl.engine import Engine
+from hdl.interface import Error, Op
 from int8model.format import from_json
 from int8model.golden import Golden
+from plan import Shape, make_contents, make_plan
+from plan.schedule import STAGES, Stage
 
 from .bench import start
 from .payload import unpack
-from .runner import bench_params
+from .runner import BUILD_ROOT, bench_params, run_bench
 from .streams import StreamSink, StreamSource
 
-STREAMS = {Stage.EMBED: "xi", Stage.Q: "q", Stage.K: "k", Stage.V: "v",
-           Stage.O: "hi", Stage.H: "fi", Stage.F: "oi"}
+STREAMS = {step.stage: step.output for step in STAGES}
+
+
+def engine_of(model, shape):
+    """The engine of ``model`` in ``shape``, as a build would make it (its plan, its contents)."""
+    plan = make_plan(model, shape)
+    return Engine(plan, make_contents(plan, model))
+
+
+def run_engine(model, shape, prompts, *, name=None, prefix="engine", seed=0, testcase="generations_match_golden",
+               platform=None, report=False, quiet=False):
+    """Run the bench on ``model``'s engine in ``shape``: each prompt generated to the end of the
+    context (``generations_match_golden``), or ``testcase``. Returns the bench's name and, with
+    ``report``, the file of the cycles it counted. A bench directory of its own for each model
+    and shape (every field of it): runs of different ones never share their generated Verilog."""
+    shape = shape.resolved(model)
+    name = name or "_".join([prefix, model.sha256[:12], *(str(int(value)) for value in dataclasses.astuple(shape))])
+    report_file = BUILD_ROOT / name / "cycles.json" if report else None
+    params = {"model": model.to_json(), "shape": dataclasses.asdict(shape), "prompts": prompts, "seed": seed,
+              "report": str(report_file) if report else None}
+    run_bench(engine_of(model, shape), name=name, test_module="sim.bench_engine", params=params, testcase=testcase,
+              platform=platform, log_file=BUILD_ROOT / name / "simulation.log" if quiet else None)
+    return name, report_file
 
 
 class Observer:
@@ -37,17 +63,17 @@ class Observer:
         self.steps.append({name: [] for name in ("xi", "q", "k", "v", "ci", "hi", "fi", "oi", "logits")})
 
     async def run(self):
-        dut, engine = self.dut, self.engine
+        dut, engine, plan = self.dut, self.engine, self.engine.plan
         epilogue = engine.epilogues[0].o.payload.shape()
-        scratch = engine.epilogues[0].scratch
+        scratch = plan.epilogue.scratch
         def probe(name):  # the engine's named copies of a unit's output stream
             return tuple(getattr(dut, f"probe_{name}_{field}") for field in ("valid", "ready", "payload"))
-        epilogues = [probe(f"epilogue{k}") for k in range(engine.ways)]
+        epilogues = [probe(f"epilogue{k}") for k in range(plan.shape.ways)]
         attention_o, head_o = probe("attention"), probe("head")
         query, cache_write = probe("query"), probe("cache_write")
         attention = engine.attention.o.payload.shape()
         head = engine.matvec.w.payload.shape()
-        hidden = engine.matvec.hidden_vector.shape() if engine.hidden_in_lanes else None
+        hidden = engine.matvec.hidden_vector.shape() if plan.lanes.hidden is not None else None
         query_layout = engine.attention.i.payload.shape()
         row_layout = engine.cache.write.payload.shape()
         while True:
@@ -61,7 +87,7 @@ class Observer:
                     out = unpack(epilogue, int(payload.value))
                     if out["tag"] != scratch:
                         step[STREAMS[Stage(out["select"])]].append(out["value"])
-            if engine.qkv_table:
+            if plan.qkv.table:
                 # q, k and v come from the table, not the epilogue: as attention takes q, and
                 # as the cache takes the row (the last write of a step holds both K and V).
                 # By position: a step's first cycles may pass before the bench starts its record.
@@ -83,7 +109,7 @@ class Observer:
                 step["logits"] += out["values"][:out["count"]]
             if hidden is not None and int(dut.probe_hidden_valid.value):
                 # The hidden vector never leaves the lanes: as it is made, lane l's element l.
-                step["fi"] += unpack(hidden, int(dut.probe_hidden_payload.value))[:engine.model.d_ff]
+                step["fi"] += unpack(hidden, int(dut.probe_hidden_payload.value))[:plan.model.d_ff]
 
 
 PREFILL_STREAMS = ("xi", "q", "k", "v")  # what a prefill step makes
@@ -195,7 +221,7 @@ async def check_generation(tb, model, prompt, count):
         difference = first_difference(
             observed, trace,
             STEP_STREAMS if index not in tb.prefills
-            else TABLE_PREFILL_STREAMS if tb.engine.qkv_table else PREFILL_STREAMS)
+            else TABLE_PREFILL_STREAMS if tb.engine.plan.qkv.table else PREFILL_STREAMS)
         if difference:
             raise AssertionError(
                 f"tokens: engine {got}, golden {want}; first difference at step {index} "
@@ -210,9 +236,7 @@ async def check_generation(tb, model, prompt, count):
 async def generations_match_golden(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0),
-                    attention_rows=params.get("attention_rows", 2), qkv_table=params.get("qkv_table"),
-                    hidden_in_lanes=params.get("hidden_in_lanes", False))
+    engine = engine_of(model, Shape(**params["shape"]))
     rng = random.Random(params["seed"])
     await start(dut)
     tb = TB(dut, engine, rng)
@@ -230,8 +254,7 @@ async def generations_match_golden(dut):
 async def bad_input_is_reported_and_harmless(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = Engine(model, lanes=params["lanes"], ways=params["ways"], lut_ways=params.get("lut_ways", 0),
-                    attention_rows=params.get("attention_rows", 2), qkv_table=params.get("qkv_table"))
+    engine = engine_of(model, Shape(**params["shape"]))
     await start(dut)
     tb = TB(dut, engine, random.Random(1))
     cocotb.start_soon(tb.observer.run())

@@ -6,6 +6,7 @@ import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from hdl.kv_cache import KVCache
+from plan.units import CachePlan
 
 from .bench import start
 from .payload import unpack
@@ -16,7 +17,7 @@ from .streams import StreamSource
 @cocotb.test()
 async def cache_reads_back_rows(dut):
     params = bench_params()
-    unit = KVCache(params["d_model"], params["seq_len"], banks=params.get("banks", 1))
+    unit = KVCache(CachePlan(params["d_model"], params["seq_len"], params.get("banks", 1)))
     rng = random.Random(params["seed"])
     rows_shape = unit.read.k.shape()
     await start(dut)

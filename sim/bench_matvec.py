@@ -6,9 +6,11 @@ import cocotb
 import numpy as np
 
 from hdl.matvec import MatVec
-from hdl.requant import Rule
+from hdl.matvec_hidden import HiddenMatVec
 from int8model.bounds import Bound
 from int8model.golden import matvec
+from plan.arithmetic import Rule
+from plan.lanes import lanes_plan, weight_table
 
 from .bench import start
 from .runner import bench_params
@@ -24,22 +26,26 @@ def hidden_of(params):
 
 
 def build(params):
-    return MatVec([np.array(w) for w in params["matrices"]], params["lanes"], ways=params.get("ways", 1),
-                  lut_ways=params.get("lut_ways", 0), whole=params.get("whole"), hidden=hidden_of(params))
+    """The unit the parameters ask for, and its matrices."""
+    matrices = [np.array(w) for w in params["matrices"]]
+    plan = lanes_plan(matrices, params["lanes"], ways=params.get("ways", 1), lut_ways=params.get("lut_ways", 0),
+                      order=params.get("order"), whole=params.get("whole"), hidden=hidden_of(params))
+    lanes = MatVec if plan.hidden is None else HiddenMatVec
+    return lanes(plan, weight_table(plan, matrices)), matrices
 
 
-def vectors(unit, rng, count):
+def vectors(plan, rng, count):
     """Edge vectors first (all −128, all 127, alternating), then random ones; none for the
     second of ``hidden`` (its vector is the first's sums)."""
-    indices = [index for index in range(len(unit.matrices)) if unit.hidden is None or index != unit.hidden[1]]
+    indices = [index for index in range(len(plan.matrices)) if plan.hidden is None or index != plan.hidden.second]
     out = []
     for i in range(count):
         index = rng.choice(indices)
-        rows = unit.rows[index]
+        rows = plan.rows[index]
         if i < 3 * len(indices):
             kind = i // len(indices)
             index = indices[i % len(indices)]
-            rows = unit.rows[index]
+            rows = plan.rows[index]
             x = [[-128] * rows, [127] * rows, [(-128, 127)[e % 2] for e in range(rows)]][kind]
         else:
             x = [rng.randint(-128, 127) for _ in range(rows)]
@@ -47,25 +53,25 @@ def vectors(unit, rng, count):
     return out
 
 
-def expected(unit, index, x):
+def expected(plan, matrices, index, x):
     """The sums a vector for matrix ``index`` makes, and the matrix they leave as: with
     ``hidden``, the first's vector makes the second's sums of the first's, through the rules."""
-    sums = matvec(np.array(x), unit.matrices[index])
-    if unit.hidden is None or index != unit.hidden[0]:
+    sums = matvec(np.array(x), matrices[index])
+    if plan.hidden is None or index != plan.hidden.first:
         return index, sums.tolist()
-    first, second, rules, _ = unit.hidden
-    for rule in rules:
+    for rule in plan.hidden.rules:
         sums = np.array([rule.apply(value) for value in sums])
-    return second, matvec(sums, unit.matrices[second]).tolist()
+    return plan.hidden.second, matvec(sums, matrices[plan.hidden.second]).tolist()
 
 
 @cocotb.test()
 async def matvec_matches_golden(dut):
     params = bench_params()
-    unit = build(params)
-    ways = unit.ways
+    unit, matrices = build(params)
+    plan = unit.plan
+    ways = plan.ways
     rng = random.Random(params["seed"])
-    work = vectors(unit, rng, params["count"])
+    work = vectors(plan, rng, params["count"])
     await start(dut)
     source = StreamSource(dut, "i", unit.i.payload.shape(), dut.clk, idle=params["idle"], rng=rng)
     sink = StreamSink(dut, "o", unit.o.payload.shape(), dut.clk, stall=params["stall"], rng=rng)
@@ -79,21 +85,22 @@ async def matvec_matches_golden(dut):
     cocotb.start_soon(source.send(items))
     # The `whole` matrix's sums leave on `w`, a group a word, the others' on `o`.
     whole_sink = whole_task = None
-    if unit.whole is not None:
+    if plan.whole is not None:
         whole_sink = StreamSink(dut, "w", unit.w.payload.shape(), dut.clk, stall=params["stall"], rng=rng)
-        groups = sum(unit.groups[index] for index, _ in work if index == unit.whole)
+        groups = sum(plan.groups[index] for index, _ in work if index == plan.whole)
         whole_task = cocotb.start_soon(whole_sink.receive(groups))
-    words = [-(-unit.cols[expected(unit, index, x)[0]] // ways) if index != unit.whole else 0 for index, x in work]
+    words = [-(-plan.cols[expected(plan, matrices, index, x)[0]] // ways) if index != plan.whole else 0
+             for index, x in work]
     got = await sink.receive(sum(words))
     whole = await whole_task if whole_task else []
     at = whole_at = 0
     for n, ((index, x), count) in enumerate(zip(work, words)):
-        leaves, want = expected(unit, index, x)
+        leaves, want = expected(plan, matrices, index, x)
         where = f"vector {n} (matrix {index})"
-        if index == unit.whole:
-            groups = whole[whole_at:whole_at + unit.groups[index]]
-            whole_at += unit.groups[index]
-            lanes = unit.lanes
+        if index == plan.whole:
+            groups = whole[whole_at:whole_at + plan.groups[index]]
+            whole_at += plan.groups[index]
+            lanes = plan.lanes
             assert [g["count"] for g in groups] == [min(lanes, len(want) - c) for c in range(0, len(want), lanes)], \
                 f"{where}: counts"
             assert [g["last"] for g in groups] == [0] * (len(groups) - 1) + [1], f"{where}: last"

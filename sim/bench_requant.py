@@ -5,8 +5,10 @@ import random
 import cocotb
 import numpy as np
 
-from hdl.requant import Requant, Rule
+from hdl.requant import Requant
 from int8model.bounds import Bound
+from plan.arithmetic import Rule
+from plan.requant import requant_plan
 from int8model.golden import c8, rq
 
 from .bench import start
@@ -27,12 +29,13 @@ def build(params):
     in_bound = rule_bounds(params) if isinstance(bounds[0], list) else Bound(*bounds)
     addends = params.get("addend_bounds")
     followed_by = params.get("followed_by")
-    return Requant(in_bound, [Rule(*r) for r in params["rules"]],
-                   registered_input=params.get("registered_input", False),
-                   multiplier_input=params.get("multiplier_input", False),
-                   sum_stage=params.get("sum_stage", False),
-                   addend_bounds=None if addends is None else [Bound(*a) if a else None for a in addends],
-                   followed_by=None if followed_by is None else [Rule(*r) if r else None for r in followed_by])
+    return Requant(requant_plan(
+        in_bound, [Rule(*r) for r in params["rules"]],
+        registered_input=params.get("registered_input", False),
+        multiplier_input=params.get("multiplier_input", False),
+        sum_stage=params.get("sum_stage", False),
+        addend_bounds=None if addends is None else [Bound(*a) if a else None for a in addends],
+        followed_by=None if followed_by is None else [Rule(*r) if r else None for r in followed_by]))
 
 
 def expected(rule, value, addend=0):
@@ -60,10 +63,10 @@ async def requant_matches_golden(dut):
         item = {"value": value, "tag": 0}
         if len(unit.rules) > 1:
             item["select"] = select
-        if unit.multiplier_input:
+        if unit.plan.multiplier_input:
             item["multiplier"] = unit.rules[select].multiplier
-        if unit.addend_bounds is not None:
-            adds = unit.addend_bounds[select]
+        if unit.plan.addend_bounds is not None:
+            adds = unit.plan.addend_bounds[select]
             item["addend"] = 0 if adds is None else rng.choice([adds.lo, adds.hi, rng.randint(adds.lo, adds.hi)])
         items.append(item)
     await start(dut)
@@ -74,7 +77,7 @@ async def requant_matches_golden(dut):
     for item, out in zip(items, got):
         rule = unit.rules[item.get("select", 0)]
         want = expected(rule, item["value"], item.get("addend", 0))
-        table = unit.tables[item.get("select", 0)]
+        table = unit.plan.tables[item.get("select", 0)]
         if table is not None:
             want = expected(table.rule, want)
         assert out["value"] == want, (f"{rule} of {item['value']} (adding {item.get('addend', 0)}): "

@@ -2,6 +2,8 @@
 
 ``python -m sim.board --model models/zen32.json`` prints the pseudo-terminal's path and serves
 until interrupted; :class:`SimulatedBoard` does the same in the background for the host driver.
+The board is the device top as the part's build would shape it (the shape options as
+``hdl.build`` takes them), simulated under Icarus Verilog.
 """
 
 import argparse
@@ -14,9 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from hdl.engine import Shape
 from hdl.top import DeviceTop
 from int8model.format import load
+from plan import make_contents
+from plan.options import add_model_argument, add_shape_arguments, asked_shape, plan_from_arguments, shape_arguments
 
 from .runner import run_bench
 
@@ -27,26 +30,28 @@ SIM_CLOCK_HZ = 12_000_000
 SIM_BAUD = 3_000_000
 
 
-def serve(model_path, lanes, ready, parent):
-    model = load(model_path)
+def serve(args, ready, parent):
+    model = load(args.model)
+    plan = plan_from_arguments(model, args, any_shape=True)
     # No USB packets here: a frame's bytes come back to back, and 64 byte times of silence
     # (not the board's 10 ms) keep the truncation tests short.
-    top = DeviceTop(model, clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD, shape=Shape(lanes),
+    top = DeviceTop(plan, make_contents(plan, model), clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD,
                     frame_timeout=64 * 10 / SIM_BAUD)
     run_bench(top, name="board", test_module="sim.bench_board", build_dir=ready.parent / "build",
               params={"divisor": top.divisor, "ready": str(ready), "parent": parent})
 
 
 class SimulatedBoard:
-    """A simulated board running in a child process; ``port`` is its serial port's path."""
+    """A simulated board running in a child process; ``port`` is its serial port's path.
+    ``shape``: a :class:`plan.Shape` (its ``None`` fields the ``device`` build's choice), or
+    ``None`` (the build's choice)."""
 
-    def __init__(self, model_path, lanes=None, timeout=300):
+    def __init__(self, model_path, shape=None, device="85F", timeout=300):
         self.workdir = Path(tempfile.mkdtemp(prefix="simboard_"))
         self.ready = self.workdir / "port"
         command = [sys.executable, "-m", "sim.board", "--model", str(model_path),
                    "--ready", str(self.ready), "--parent", str(os.getpid())]
-        if lanes:
-            command += ["--lanes", str(lanes)]
+        command += shape_arguments(shape, device) if shape is not None else ["--device", device]
         self.log = open(self.workdir / "log.txt", "w")
         # A session of its own, so that closing ends the simulator it runs as well.
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
@@ -81,15 +86,15 @@ class SimulatedBoard:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m sim.board", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path("models/zen32.json"))
-    parser.add_argument("--lanes", type=int)
-    parser.add_argument("--ready", type=Path, help="write the port's path here when serving")
-    parser.add_argument("--parent", type=int, help="stop when this process is gone")
+    add_model_argument(parser)
+    add_shape_arguments(parser)
+    parser.add_argument("--ready", type=Path, help="write the port's path here when serving (default: print it)")
+    parser.add_argument("--parent", type=int, help="stop when this process is gone (default: serve until interrupted)")
     args = parser.parse_args(argv)
     if args.ready:
-        serve(args.model, args.lanes, args.ready, args.parent)
+        serve(args, args.ready, args.parent)
         return 0
-    board = SimulatedBoard(args.model, args.lanes)
+    board = SimulatedBoard(args.model, asked_shape(args), args.device)
     print(board.port, flush=True)
     try:
         board.process.wait()

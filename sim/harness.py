@@ -6,16 +6,21 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.attention import Attention
 from hdl.kv_cache import KVCache
+from int8model.bounds import analyse
+from plan.attention import attention_plan, exp_entries
 
 __all__ = ["AttentionWithCache"]
 
 
 class AttentionWithCache(wiring.Component):
-    """The attention unit reading a KV cache whose write port, and row ``pos``'s readiness, the bench drives."""
+    """The attention unit reading a KV cache whose write port, and row ``pos``'s readiness, the
+    bench drives; both as a model's plan has them (``ways`` context columns and ``rows`` cache
+    rows a cycle)."""
 
-    def __init__(self, model, bounds, *, ways=1, rows=1):
-        self.attention = Attention(model, bounds, ways=ways, rows=rows)
-        self.cache = KVCache(model.d_model, model.seq_len, banks=rows)
+    def __init__(self, model, *, ways=1, rows=1):
+        self.plan = attention_plan(model, analyse(model), ways=ways, rows=rows)
+        self.attention = Attention(self.plan, exp_entries(self.plan, model.exp_lut))
+        self.cache = KVCache(self.plan.cache)
         super().__init__({
             "write": In(self.cache.write.signature.flip()),
             "i": In(self.attention.i.signature.flip()),

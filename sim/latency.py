@@ -44,9 +44,10 @@ def hidden_pair_timing(unit, *, cycles=64):
     a cycle, its output always ready; return the cycles, counted from the one that takes the
     last input word, in which the second's words leave on ``o``."""
     async def offer(ctx):
-        ctx.set(unit.i.payload.matrix, unit.hidden[0])
+        first = unit.plan.hidden.first
+        ctx.set(unit.i.payload.matrix, first)
         ctx.set(unit.i.valid, 1)
-        for _ in range(unit.steps[unit.hidden[0]]):
+        for _ in range(unit.plan.steps[first]):
             await ctx.tick().until(unit.i.ready)
         ctx.set(unit.i.valid, 0)
     return outputs_after(unit, offer, None, cycles)

@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from hdl.attention import Attention
 from int8model import analyse, load
 from int8model.format import from_json
 from int8model.synthetic import random_model
+from plan.attention import AttentionPlan, attention_plan, exp_entries
 from sim.harness import AttentionWithCache
 from sim.runner import ECP5Cells, generated_verilog, run_bench
 
@@ -13,7 +13,7 @@ SHIPPED = load("models/zen32.json")
 
 def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1, platform=None, testcase="attention_matches_golden"):
     params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall, "ways": ways, "rows": rows}
-    run_bench(AttentionWithCache(model, analyse(model), ways=ways, rows=rows), name=name,
+    run_bench(AttentionWithCache(model, ways=ways, rows=rows), name=name,
               test_module="sim.bench_attention", params=params, platform=platform, testcase=testcase)
 
 
@@ -42,13 +42,15 @@ def test_several_columns_a_cycle(shape, ways):
 def test_ecp5_multipliers_in_their_own_registers():
     """Elaborated as for an ECP5: the first bank's multipliers (q·K, then weight·V) hold their
     operands in the MULT18X18Ds' own input registers, and so do the M_score products (the
-    clamped gap) of every head and bank; simulated with the primitives' models, against the
-    golden model."""
+    clamped gap) of every head and bank, as many as the plan counts; simulated with the
+    primitives' models, against the golden model."""
     rng = np.random.default_rng(41)
     model = random_model(rng, 16, 2, 16, 16, 12)
-    assert Attention(model, analyse(model), ways=2, rows=2).gap_stages == 1
+    plan = attention_plan(model, analyse(model), ways=2, rows=2)
+    assert plan.gap_stages == 1
     run("attention_ecp5", model, seed=41, rows=2, ways=2, platform=ECP5Cells())
-    assert generated_verilog("attention_ecp5").count("MULT18X18D #(") == 16 + 2 * 2  # d_model, heads × banks
+    multipliers = generated_verilog("attention_ecp5").count("MULT18X18D #(")
+    assert multipliers == plan.multipliers == 16 + 2 * 2  # d_model, heads × banks
 
 
 @pytest.mark.parametrize("r_ctx", [(1, 0), (4, 2)])
@@ -59,7 +61,7 @@ def test_context_left_as_it_is(r_ctx):
     doc = random_model(rng, 16, 4, 16, 16, 12).to_json()
     doc["requant"]["r_ctx"] = list(r_ctx)
     model = from_json(doc)
-    assert not Attention(model, analyse(model)).ctx_requant
+    assert not attention_plan(model, analyse(model)).ctx_requant
     run(f"attention_ctx_{r_ctx[0]}_{r_ctx[1]}", model, seed=r_ctx[0], rows=2, ways=3)
 
 
@@ -98,11 +100,12 @@ def test_an_extreme_score_scale_reads_the_table_as_it_stands():
     doc["exp_lut"] = [1000, 300, 7]
     doc["requant"]["M_score"] = [1687727, 0]
     model = from_json(doc)
-    attention = Attention(model, analyse(model))
-    assert not attention.exp_spread and attention.exp_entries == doc["exp_lut"]
+    plan = attention_plan(model, analyse(model))
+    assert not plan.exp_spread and exp_entries(plan, model.exp_lut) == doc["exp_lut"]
     run("attention_unspread_lut", model, seed=8)
-    shipped = Attention(SHIPPED, analyse(SHIPPED))
-    assert shipped.exp_spread and len(SHIPPED.exp_lut) < len(shipped.exp_entries) <= Attention.SPREAD_ENTRIES
+    shipped = attention_plan(SHIPPED, analyse(SHIPPED))
+    spread = exp_entries(shipped, SHIPPED.exp_lut)
+    assert shipped.exp_spread and len(SHIPPED.exp_lut) < len(spread) == shipped.exp_depth <= AttentionPlan.SPREAD_ENTRIES
 
 
 @pytest.mark.parametrize("multiplier, shift, nlut, most", [
@@ -112,9 +115,8 @@ def test_an_extreme_score_scale_reads_the_table_as_it_stands():
 def test_gaps_saturate_where_the_index_stops_changing(multiplier, shift, nlut, most):
     """Clamping the gap there (or higher) reads the same exp entry for every gap, and no lower
     clamp would."""
-    from hdl.attention import saturating_gap
-    from hdl.requant import Rule
     from int8model.golden import rq
+    from plan.arithmetic import Rule, saturating_gap
 
     def index(gap):
         return min(max(int(rq(np.int64(gap), (multiplier, shift))), 0), nlut - 1)
@@ -140,8 +142,8 @@ def test_latency(model, rows, pos):
     shipped model's (1, 0)): the dividers' last stage applies it."""
     from sim.latency import outputs_after
 
-    unit = AttentionWithCache(model, analyse(model), ways=4, rows=rows)
-    assert unit.attention.ctx_requant == (model is RANDOM)
+    unit = AttentionWithCache(model, ways=4, rows=rows)
+    assert unit.plan.ctx_requant == (model is RANDOM)
     rng = np.random.default_rng(pos)
 
     async def offer(ctx):

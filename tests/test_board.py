@@ -7,11 +7,11 @@ import sys
 import pytest
 import serial
 
-from hdl.engine import DEFAULT_WAYS, lanes_for
 from host.device import Device, DeviceError, IdentityMismatch
 from host.protocol import Command, Fault, Reply, crc8, encode_request
 from int8model import Golden, load
 from int8model.format import from_json
+from plan import choose_plan
 from sim.board import SIM_BAUD, SIM_CLOCK_HZ, SimulatedBoard
 
 SHIPPED = "models/zen32.json"
@@ -36,15 +36,22 @@ def golden_tokens(model, prompt, count):
 
 
 def test_crc_matches_the_catalogue():
-    assert crc8(b"123456789") == 0xDF  # CRC-8/AUTOSAR's check value
+    """The host's CRC, from the parameters in wire, is the one the device's (Amaranth's
+    catalogue) computes: CRC-8/AUTOSAR, whose check value is 0xDF."""
+    from amaranth.lib import crc
+    from hdl.protocol import CRC8
+    assert crc8(b"123456789") == 0xDF
+    assert CRC8 is crc.catalog.CRC8_AUTOSAR and CRC8(8).compute(b"123456789") == 0xDF
 
 
 def test_ident(device, model):
+    """IDENT names the model and the shape the simulated board was built in: the 85F build's."""
     ident = device.ident()
+    shape = choose_plan(model, "85F").shape
     assert ident.sha256 == model.sha256
     assert (ident.d_model, ident.n_heads, ident.d_ff, ident.vocab, ident.seq_len) == (32, 4, 32, 32, 32)
-    assert (ident.lanes, ident.clock_hz, ident.baud) == (lanes_for(model, DEFAULT_WAYS), SIM_CLOCK_HZ, SIM_BAUD)
-    assert (ident.ways, ident.lut_ways) == (DEFAULT_WAYS, 0)
+    assert (ident.lanes, ident.clock_hz, ident.baud) == (shape.lanes, SIM_CLOCK_HZ, SIM_BAUD)
+    assert (ident.ways, ident.lut_ways) == (shape.ways, shape.lut_ways)
 
 
 def test_whole_generation_equals_golden(device, model):

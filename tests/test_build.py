@@ -1,4 +1,4 @@
-"""Building for the ULX3S: the fit check, the PLL, and a real bitstream with its report."""
+"""Building for the ULX3S: the fit check, the part's choice of shape, the PLL, and a real bitstream with its report."""
 
 import json
 import subprocess
@@ -7,11 +7,12 @@ import sys
 import numpy as np
 import pytest
 
-from boards.ulx3s import PARTS, pll_parameters
-from hdl.build import FitError, check_fit, choose_ways, estimate, main, nextpnr_options
-from hdl.engine import Engine, Shape
+from boards.ulx3s import pll_parameters
+from flows.build import main
+from flows.toolchain import nextpnr_options
 from int8model import load
 from int8model.synthetic import random_model
+from plan import PARTS, FitError, Shape, choose_plan, make_plan
 
 SHIPPED = "models/zen32.json"
 
@@ -26,34 +27,35 @@ def test_pll_settings_are_legal(hz):
 
 def test_a_model_too_large_for_the_part_is_refused_with_numbers(capsys):
     model = load(SHIPPED)
-    with pytest.raises(FitError, match=r"multipliers: about \d+ MULT18X18D .* the LFE5U-25F has 28"):
-        check_fit(model, 32, 1, "25F")
-    assert check_fit(model, 33, 3, "85F")["MULT18X18D"] <= PARTS["85F"]["MULT18X18D"]
+    with pytest.raises(FitError, match=r"multipliers: \d+ MULT18X18D .* the LFE5U-25F has 28"):
+        make_plan(model, Shape(32, 1), "25F")
+    assert make_plan(model, Shape(33, 3), "85F").dsp_blocks <= PARTS["85F"].MULT18X18D
     with pytest.raises(FitError, match="the LFE5U-45F has 72"):
-        check_fit(model, 33, 3, "45F")
+        make_plan(model, Shape(33, 3), "45F")
     assert main(["--board", "ulx3s", "--device", "12F", "--model", SHIPPED, "--out", "build/never"]) == 2
     assert "does not fit the ULX3S-12F" in capsys.readouterr().err
 
 
 def test_the_most_multipliers_the_part_fits_are_chosen_then_the_most_ways():
-    """DSP blocks first, then one of a lane's multipliers in LUTs rather than fewer."""
+    """DSP blocks first, then one of a lane's multipliers in LUTs rather than fewer. For the
+    shipped model each MAC lane's way is a multiplier, attention takes d_model and a score scale
+    per head and bank, and each epilogue two (its requants' inputs fit one piece each but for
+    the first's 19 bits, whose high piece of 2 bits is shifts)."""
     model = load(SHIPPED)
-    # 32 lanes x 4 ways all in DSP blocks would take 32 x 4 + 32 + 4 heads x 2 rows + 1 + 8 = 177
-    # of the 85F's 156.
-    assert check_fit(model, 32, 4, "85F", lut_ways=1)["MULT18X18D"] == 32 * 3 + 32 + 8 + 1 + 8
+    assert make_plan(model, Shape(32, 4, 1), "85F").dsp_blocks == 32 * 3 + 32 + 4 * 2 + 4 * 2
     with pytest.raises(FitError, match=r"32 MAC lanes x 4 ways \+"):
-        check_fit(model, 32, 4, "85F")
-    assert choose_ways(model, "85F") == (4, 1, 32, True)
-    assert choose_ways(model, "85F", ways=3) == (3, 0, 33, True)
-    assert choose_ways(model, "85F", lanes=16) == (4, 0, 16, True)
-    # The 45F's 72 take attention's 32 and the requants' beside 16 lanes of two ways, one in
-    # LUTs: as many multipliers as 32 lanes of one way, a vector in half as many words.
-    assert check_fit(model, 16, 2, "45F", lut_ways=1)["MULT18X18D"] == 16 + 32 + 8 + 1 + 4
+        make_plan(model, Shape(32, 4), "85F")  # 32 x 4 + 48 = 176 of the 85F's 156
+    assert choose_plan(model, "85F").shape == Shape(32, 4, 1, True)
+    assert choose_plan(model, "85F", Shape(ways=3, lut_ways=None)).shape == Shape(33, 3, 0, True)
+    assert choose_plan(model, "85F", Shape(lanes=16, ways=None, lut_ways=None)).shape == Shape(16, 4, 0, True)
+    # The 45F's 72 take attention's 40 and the requants' 8 beside 8 lanes of four ways, one in
+    # LUTs (24): as many MAC multipliers as 16 lanes of two ways, a vector in half the words.
+    assert make_plan(model, Shape(8, 4, 1), "45F").dsp_blocks == 8 * 3 + 40 + 8 == 72
     with pytest.raises(FitError, match="the LFE5U-45F has 72"):
-        check_fit(model, 8, 4, "45F", lut_ways=1)
-    assert choose_ways(model, "45F") == (2, 1, 16, True)
+        make_plan(model, Shape(8, 4, 0), "45F")
+    assert choose_plan(model, "45F").shape == Shape(8, 4, 1, True)
     with pytest.raises(FitError, match="the LFE5U-25F has 28"):
-        choose_ways(model, "25F")
+        choose_plan(model, "25F")
 
 
 def test_more_cache_rows_a_cycle_take_their_banks_and_score_scales():
@@ -61,28 +63,37 @@ def test_more_cache_rows_a_cycle_take_their_banks_and_score_scales():
     scale per head (a DSP block): four rows fit the 85F beside its MAC lanes; on the 45F, they
     cost the q, k, v table its block RAM."""
     model = load(SHIPPED)
-    two, four = (estimate(model, 32, 4, 1, attention_rows=rows) for rows in (2, 4))
-    assert four["MULT18X18D"] - two["MULT18X18D"] == 2 * model.n_heads
-    assert four["DP16KD"] - two["DP16KD"] == 2 * 2 * 8
-    assert four["MULT18X18D"] <= PARTS["85F"]["MULT18X18D"] and four["DP16KD"] <= PARTS["85F"]["DP16KD"]
-    assert choose_ways(model, "85F", attention_rows=4) == (4, 1, 32, True)
-    assert choose_ways(model, "45F", attention_rows=4) == (2, 1, 16, False)
-    with pytest.raises(FitError, match=r"\+ 16 score scales"):
-        check_fit(model, 32, 4, "85F", attention_rows=4)
+    two, four = (make_plan(model, Shape(32, 4, 1, attention_rows=rows)) for rows in (2, 4))
+    assert four.dsp_blocks - two.dsp_blocks == 2 * model.n_heads
+    assert four.block_rams - two.block_rams == 2 * 2 * 8
+    assert four.dsp_blocks <= PARTS["85F"].MULT18X18D and four.block_rams <= PARTS["85F"].DP16KD
+    assert choose_plan(model, "85F", Shape(ways=None, lut_ways=None, attention_rows=4)).shape == \
+        Shape(32, 4, 1, True, attention_rows=4)
+    assert choose_plan(model, "45F", Shape(ways=None, lut_ways=None, attention_rows=4)).shape == \
+        Shape(16, 2, 1, False, attention_rows=4)
+    with pytest.raises(FitError, match=r"\(16 score scales among them\)"):
+        make_plan(model, Shape(32, 4, attention_rows=4), "85F")
     with pytest.raises(ValueError, match="1, 2 or 4 cache rows"):
-        Engine(model, attention_rows=3)
+        make_plan(model, Shape(attention_rows=3))
 
 
 def test_cycles_are_counted_in_the_shape_the_part_is_built_with(capsys):
     """sim.cycles takes the build's shape for the part, the shape asked where it is whole, and
     refuses a part the model does not fit, with the build's reason."""
-    from sim.cycles import main as cycles_main, shape_for
+    import argparse
+    from plan.options import add_shape_arguments, plan_from_arguments
+    from sim.cycles import main as cycles_main
     model = load(SHIPPED)
-    assert shape_for(model) == Shape(32, 4, 1, True)
-    assert shape_for(model, "45F") == Shape(16, 2, 1, True)
-    assert shape_for(model, "45F", ways=3) == Shape(9, 3, 1, True)  # 18 x 3 takes too many multipliers
-    assert shape_for(model, "12F", ways=8, lanes=64, qkv_table=False) == Shape(64, 8, 0, False)
-    assert shape_for(model, attention_rows=4, hidden_in_lanes=True) == Shape(32, 4, 1, True, True, 4)
+    parser = argparse.ArgumentParser()
+    add_shape_arguments(parser)
+
+    def shape(*argv):
+        return plan_from_arguments(model, parser.parse_args(argv), any_shape=True).shape
+    assert shape() == Shape(32, 4, 1, True)
+    assert shape("--device", "45F") == Shape(8, 4, 1, True)
+    assert shape("--device", "45F", "--ways", "3") == Shape(9, 3, 1, True)  # 18 x 3 takes too many multipliers
+    assert shape("--device", "12F", "--ways", "4", "--lanes", "64", "--no-qkv-table") == Shape(64, 4, 0, False)
+    assert shape("--attention-rows", "4", "--hidden-in-lanes") == Shape(32, 4, 1, True, True, 4)
     with pytest.raises(SystemExit) as refused:
         cycles_main(["--device", "25F"])
     assert refused.value.code == 2
@@ -91,12 +102,14 @@ def test_cycles_are_counted_in_the_shape_the_part_is_built_with(capsys):
 
 def test_the_qkv_table_where_the_part_has_the_block_ram():
     """A model whose q, k, v table is small enough (120 KB) gets it on the 85F, not on the 45F:
-    there the table's 86 block RAMs and the rest's 62 exceed its 108."""
+    there the table's 86 block RAMs and the rest's exceed its 108."""
     model = random_model(np.random.default_rng(1), 32, 4, 32, 40, 32)
-    assert estimate(model, 32, 1, 1)["DP16KD"] > 108 >= estimate(model, 32, 1, 1, qkv_table=False)["DP16KD"]
-    assert choose_ways(model, "85F") == (4, 1, 32, True)
-    assert choose_ways(model, "45F") == (2, 1, 16, False)
-    assert choose_ways(load(SHIPPED), "85F", qkv_table=False) == (4, 1, 32, False)
+    with_table, without = make_plan(model, Shape(8, 4, 1, True)), make_plan(model, Shape(8, 4, 1, False))
+    assert with_table.block_rams > PARTS["45F"].DP16KD >= without.block_rams
+    assert choose_plan(model, "85F").shape == Shape(32, 4, 1, True)
+    assert choose_plan(model, "45F").shape == Shape(8, 4, 1, False)
+    assert choose_plan(load(SHIPPED), "85F", Shape(ways=None, lut_ways=None, qkv_table=False)).shape == \
+        Shape(32, 4, 1, False)
 
 
 def test_the_placement_seed_reaches_nextpnr():
@@ -117,21 +130,26 @@ def test_bitstream_for_the_shipped_model(tmp_path):
     # nextpnr's fmax is its critical path's delay; the path runs through the design's own lines.
     assert report["critical_path"]["delay_ns"] == pytest.approx(1000 / report["fmax_mhz"], rel=0.05)
     assert all(line.startswith(("hdl/", "boards/")) for line in report["critical_path"]["sources"])
-    assert report["utilisation"]["DP16KD"]["available"] == PARTS["85F"]["DP16KD"]
-    assert report["utilisation"]["MULT18X18D"]["used"] > 0
+    # The plan the report carries is the one the design was built from: its block RAMs and
+    # multipliers are the ones placed.
+    plan = choose_plan(model, "85F")
+    assert report["plan"] == json.loads(json.dumps(plan.to_json()))
+    assert report["utilisation"]["DP16KD"] == {"used": plan.block_rams, "available": PARTS["85F"].DP16KD}
+    assert report["utilisation"]["MULT18X18D"] == {"used": plan.dsp_blocks, "available": PARTS["85F"].MULT18X18D}
     assert len(report["cycles_per_token"]["per_position"]) == model.seq_len
     assert (tmp_path / "top.bit").stat().st_size > 100_000
     assert model.identity_line in (tmp_path / "report.txt").read_text()
 
 
 def test_units_are_costed_as_elaborated_for_the_ecp5(tmp_path):
-    """``hdl.cost`` synthesises a unit as the board build elaborates it: the MAC lanes'
+    """``flows.cost`` synthesises a unit as the board build elaborates it: the MAC lanes'
     multipliers take their operands in their own input registers, not in fabric registers. It
     places the unit out of context, where the lanes' enables cannot go on global networks."""
-    from hdl.cost import synthesise
+    from flows.cost import synthesise
     from hdl.matvec import MatVec
+    from plan.lanes import lanes_plan
     matrices = [np.random.default_rng(3).integers(-128, 128, size=(8, 4))]
-    resources = synthesise(MatVec(matrices, 4, ways=2), "lanes", tmp_path)
+    resources = synthesise(MatVec(lanes_plan(matrices, 4, ways=2)), "lanes", tmp_path)
     assert resources["fmax"] > 0
     cells = json.loads((tmp_path / "lanes.json").read_text())["modules"]["lanes"]["cells"].values()
     multipliers = [cell["parameters"] for cell in cells if cell["type"] == "MULT18X18D"]
@@ -148,13 +166,12 @@ def test_a_shape_resolves_its_defaults_for_the_model():
 
 
 def test_the_benchmark_reads_the_shape_a_report_records():
-    """``hdl.build`` writes the shape's fields into its report; ``bench.speed`` counts the cycles
-    of that shape, and of a report older than a field, that field's default."""
-    import dataclasses
+    """``hdl.build`` writes its plan into its report; ``bench.speed`` counts the cycles of the
+    plan's shape."""
     from bench.speed import report_shape
-    built = Shape(16, 2, 1, True, True, 4)
-    assert report_shape({"identity": "model sha256 0", "fmax_mhz": 90.0, **dataclasses.asdict(built)}) == built
-    assert report_shape({"lanes": 32, "ways": 4, "lut_ways": 1, "qkv_table": True}) == Shape(32, 4, 1, True)
+    plan = make_plan(load(SHIPPED), Shape(32, 2, 1, True, True, 4))
+    report = {"identity": "model sha256 0", "fmax_mhz": 90.0, "plan": json.loads(json.dumps(plan.to_json()))}
+    assert report_shape(report) == plan.shape
 
 
 def test_the_benchmark_takes_a_random_models_own_build(tmp_path):

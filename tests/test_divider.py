@@ -1,10 +1,16 @@
 import pytest
 
 from hdl.divider import FloorDivider
-from hdl.requant import Rule
 from int8model.bounds import Bound
+from plan.arithmetic import Rule
+from plan.requant import divider_plan
+from sim.bench_divider import build
 from sim.latency import one_item
 from sim.runner import run_bench
+
+
+def divider(num, den, quotient, **options):
+    return FloorDivider(divider_plan(num, den, quotient, **options))
 
 
 @pytest.mark.parametrize("name, quotient, den, bits_per_stage, rule", [
@@ -25,14 +31,12 @@ def test_divider(name, quotient, den, bits_per_stage, rule):
     num = (quotient[0] * den[1], (quotient[1] + 1) * den[1])
     params = {"num": list(num), "den": list(den), "quotient": list(quotient), "seed": 1, "count": 1500,
               "bits_per_stage": bits_per_stage, "rule": rule}
-    unit = FloorDivider(Bound(*num), Bound(*den), Bound(*quotient), bits_per_stage=bits_per_stage,
-                        rule=Rule.to8(rule) if rule else None)
-    run_bench(unit, name=name, test_module="sim.bench_divider", params=params)
+    run_bench(build(params), name=name, test_module="sim.bench_divider", params=params)
 
 
 def test_refuses_non_positive_denominator():
     with pytest.raises(ValueError, match="denominator must be positive"):
-        FloorDivider(Bound(-10, 10), Bound(0, 5), Bound(-10, 10))
+        divider_plan(Bound(-10, 10), Bound(0, 5), Bound(-10, 10))
 
 
 @pytest.mark.parametrize("quotient, bits_per_stage, latency", [
@@ -43,7 +47,7 @@ def test_refuses_non_positive_denominator():
 ])
 def test_latency(quotient, bits_per_stage, latency):
     """Cycles from a division taken to its quotient offered, with the output always ready."""
-    unit = FloorDivider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient), bits_per_stage=bits_per_stage)
+    unit = divider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient), bits_per_stage=bits_per_stage)
     assert unit.latency == latency
     seen = one_item(unit, {"num": 1000, "den": 37}, read=lambda ctx: ctx.get(unit.o.payload.value))
     assert seen == [(latency, 1000 // 37)]
@@ -54,9 +58,9 @@ def test_rule_costs_no_cycle(quotient, steps):
     """With a rule, the divider leaves the rule's result on the quotient, as many cycles after
     the division is taken as without one."""
     rule = Rule.to8((348049, 18))
-    plain = FloorDivider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient))
-    unit = FloorDivider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient), rule=rule)
-    assert unit.steps == steps
+    plain = divider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient))
+    unit = divider(Bound(-10**6, 10**6), Bound(1, 5000), Bound(*quotient), rule=rule)
+    assert unit.plan.steps == steps
     num = 37 * max(quotient) - 5
     seen = one_item(unit, {"num": num, "den": 37}, read=lambda ctx: ctx.get(unit.o.payload.value))
     assert seen == [(plain.latency, rule.apply(num // 37))]

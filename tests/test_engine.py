@@ -3,83 +3,69 @@
 import numpy as np
 import pytest
 
-from hdl.engine import Engine
 from int8model import load
 from int8model.synthetic import random_model
-from sim.runner import ECP5Cells, run_bench
+from plan import FitError, Shape, make_plan
+from sim.bench_engine import run_engine
+from sim.runner import ECP5Cells
 
 SHIPPED = "models/zen32.json"
-
-
-def run(name, model, lanes, prompts, seed=0, testcase=None, report=None, ways=3, lut_ways=0, attention_rows=2,
-        qkv_table=None, platform=None, hidden_in_lanes=False):
-    params = {"model": model.to_json(), "lanes": lanes, "prompts": prompts, "seed": seed,
-              "report": report, "ways": ways, "lut_ways": lut_ways, "attention_rows": attention_rows,
-              "qkv_table": qkv_table, "hidden_in_lanes": hidden_in_lanes}
-    engine = Engine(model, lanes=lanes, ways=ways, lut_ways=lut_ways, attention_rows=attention_rows,
-                    qkv_table=qkv_table, hidden_in_lanes=hidden_in_lanes)
-    run_bench(engine, name=name,
-              test_module="sim.bench_engine", params=params, testcase=testcase, platform=platform)
 
 
 def test_shipped_model():
     """As the 85F is built: 32 lanes x 4 ways, one of them in LUT multipliers, elaborated for
     the ECP5 (its multipliers with their own registers, its global buffers) and simulated with
     the primitives' models."""
-    model = load(SHIPPED)
-    run("engine_shipped", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden",
-        ways=4, lut_ways=1, platform=ECP5Cells())
+    run_engine(load(SHIPPED), Shape(32, 4, 1), [[17, 9], [3, 1, 4, 1, 5]], name="engine_shipped",
+               platform=ECP5Cells())
 
 
 def test_shipped_model_with_the_hidden_vector_in_the_lanes():
     """As the 85F is built with ``--hidden-in-lanes``: W1's sums through the hidden rule in the
     lanes, W2 taking them as they stand; the hidden vector itself checked as it is made."""
-    model = load(SHIPPED)
-    run("engine_shipped_hidden", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden",
-        ways=4, lut_ways=1, platform=ECP5Cells(), hidden_in_lanes=True)
+    run_engine(load(SHIPPED), Shape(32, 4, 1, hidden_in_lanes=True), [[17, 9], [3, 1, 4, 1, 5]],
+               name="engine_shipped_hidden", platform=ECP5Cells())
 
 
 def test_the_hidden_vector_must_fit_the_lanes():
-    model = load(SHIPPED)
-    with pytest.raises(ValueError, match="do not fit the 16 lanes"):
-        Engine(model, lanes=16, ways=2, hidden_in_lanes=True)
+    with pytest.raises(FitError, match="do not fit the 16 lanes"):
+        make_plan(load(SHIPPED), Shape(16, 2, hidden_in_lanes=True))
 
 
-def test_shipped_model_as_on_the_45f():
-    """16 lanes x 2 ways, one of them in LUTs: half the lanes of a d_model-wide product, each
-    matrix in two groups of columns, the second replayed from the lanes' vector buffer."""
-    model = load(SHIPPED)
-    run("engine_shipped_45f", model, 16, [[3, 1, 4, 1, 5]], testcase="generations_match_golden",
-        ways=2, lut_ways=1, platform=ECP5Cells())
+def test_shipped_model_in_quarter_lanes():
+    """8 lanes x 4 ways, one of them in LUTs (the 45F's choice): a quarter of a d_model-wide
+    product's lanes, each matrix in four groups of columns, the others replayed from the lanes'
+    vector buffer."""
+    run_engine(load(SHIPPED), Shape(8, 4, 1), [[3, 1, 4, 1, 5]], name="engine_shipped_45f", platform=ECP5Cells())
+
+
+def test_shipped_model_two_ways_half_lanes():
+    """16 lanes x 2 ways, one of them in LUTs: half the lanes, each matrix in two groups."""
+    run_engine(load(SHIPPED), Shape(16, 2, 1), [[3, 1, 4, 1, 5]], name="engine_shipped_half", platform=ECP5Cells())
 
 
 def test_shipped_model_three_ways():
     """Without the q, k, v table: the QKV product in the lanes, its input from the xi table."""
-    model = load(SHIPPED)
-    run("engine_shipped_three_ways", model, 33, [[5, 30, 2]], testcase="generations_match_golden",
-        qkv_table=False)
+    run_engine(load(SHIPPED), Shape(33, 3, qkv_table=False), [[5, 30, 2]], name="engine_shipped_three_ways")
 
 
 def test_shipped_model_one_element_a_cycle():
     """The smallest datapath: one element a cycle between the units, one cache row a cycle."""
-    model = load(SHIPPED)
-    run("engine_shipped_one_way", model, 32, [[17, 9]], testcase="generations_match_golden", ways=1,
-        attention_rows=1)
+    run_engine(load(SHIPPED), Shape(32, 1, attention_rows=1), [[17, 9]], name="engine_shipped_one_way")
 
 
 @pytest.mark.slow
 def test_shipped_model_four_cache_rows_a_cycle():
     """As the 85F is built with ``--attention-rows 4``: four banks of the cache, three of them
     weighed by LUT multipliers."""
-    model = load(SHIPPED)
-    run("engine_shipped_four_rows", model, 32, [[17, 9], [3, 1, 4, 1, 5]], testcase="generations_match_golden",
-        ways=4, lut_ways=1, attention_rows=4)
+    run_engine(load(SHIPPED), Shape(32, 4, 1, attention_rows=4), [[17, 9], [3, 1, 4, 1, 5]],
+               name="engine_shipped_four_rows")
 
 
 def test_bad_input():
     rng = np.random.default_rng(3)
     model = random_model(rng, 16, 2, 24, 12, 8)
-    run("engine_bad_input", model, 8, [], testcase="bad_input_is_reported_and_harmless", ways=2)
+    run_engine(model, Shape(8, 2), [], name="engine_bad_input", testcase="bad_input_is_reported_and_harmless")
 
 
 # d_model, heads, d_ff, vocab, seq_len, lanes, ways, of them in LUTs
@@ -91,21 +77,23 @@ SHAPES = [
 ]
 
 
+def shape_id(s):
+    return "d{}h{}f{}v{}c{}p{}w{}l{}".format(*s)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "d{}h{}f{}v{}c{}p{}w{}l{}".format(*s))
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
 def test_random_models(shape):
     d, heads, d_ff, vocab, seq_len, lanes, ways, lut_ways = shape
     seed = sum(shape[:7])  # the models of the shapes before LUT ways were added
     rng = np.random.default_rng(seed)
     model = random_model(rng, d, heads, d_ff, vocab, seq_len, extreme=bool(seed % 3 == 0))
     prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
-    run("engine_{}_{}_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=seed,
-        testcase="generations_match_golden", ways=ways, lut_ways=lut_ways)
+    run_engine(model, Shape(lanes, ways, lut_ways), [prompt], name=f"engine_{shape_id(shape)}", seed=seed)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", [s for s in SHAPES if s[2] <= s[5]],
-                         ids=lambda s: "d{}h{}f{}v{}c{}p{}w{}l{}".format(*s))
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[2] <= s[5]], ids=shape_id)
 def test_random_models_with_the_hidden_vector_in_the_lanes(shape):
     """The shapes whose hidden vector fits the lanes, with it kept there (extreme rules among them)."""
     d, heads, d_ff, vocab, seq_len, lanes, ways, lut_ways = shape
@@ -113,8 +101,8 @@ def test_random_models_with_the_hidden_vector_in_the_lanes(shape):
     rng = np.random.default_rng(seed)
     model = random_model(rng, d, heads, d_ff, vocab, seq_len, extreme=bool(seed % 3 == 0))
     prompt = rng.integers(0, vocab, size=int(rng.integers(1, seq_len // 2 + 1))).tolist()
-    run("engine_hidden_{}_{}_{}_{}_{}_{}_{}_{}".format(*shape), model, lanes, [prompt], seed=seed,
-        testcase="generations_match_golden", ways=ways, lut_ways=lut_ways, hidden_in_lanes=True)
+    run_engine(model, Shape(lanes, ways, lut_ways, hidden_in_lanes=True), [prompt],
+               name=f"engine_hidden_{shape_id(shape)}", seed=seed)
 
 
 @pytest.mark.slow
@@ -123,4 +111,4 @@ def test_largest_shape():
     rng = np.random.default_rng(64)
     model = random_model(rng, 64, 8, 256, 256, 256)
     prompt = rng.integers(0, 256, size=200).tolist()
-    run("engine_largest", model, 66, [prompt], seed=64, testcase="generations_match_golden")
+    run_engine(model, Shape(66, 3), [prompt], name="engine_largest", seed=64)

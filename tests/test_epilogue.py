@@ -2,10 +2,11 @@
 
 import pytest
 
-from hdl.epilogue import Epilogue, Stage
-from int8model import analyse, load
+from hdl.epilogue import Epilogue
+from int8model import load
 from int8model.format import from_json
 from int8model.golden import c8, rq
+from plan import Stage, make_plan
 from sim.latency import one_item
 
 SHIPPED = "models/zen32.json"
@@ -27,9 +28,11 @@ def test_hidden_stage(r_hid, cycles, acc):
     take at most 256 entries, which the first requant looks up in a table of them; else
     (3, 3), whose results change up to 339, the last requant."""
     model = with_requant(load(SHIPPED), r_hid=r_hid)
-    unit = Epilogue(model, analyse(model))
+    plan = make_plan(model).epilogue
+    unit = Epilogue(plan)
+    assert plan.latency(Stage.H) == cycles
     seen = one_item(unit, {"value": acc, "tag": 5, "select": Stage.H,
-                           "multiplier": unit.first.rules[Stage.H].multiplier},
+                           "multiplier": plan.first.rules[Stage.H].multiplier},
                     read=lambda ctx: (ctx.get(unit.o.payload.value), ctx.get(unit.o.payload.tag)))
     hidden = max(int(rq(acc, model.requant["M_h"])), 0)
     want = int(c8(rq(hidden, model.requant["r_hid"])))

@@ -1,12 +1,14 @@
 import numpy as np
 import pytest
 
-from hdl.epilogue import hidden_rules
-from hdl.matvec import INT8, MatVec
-from hdl.requant import Rule
+from hdl.matvec import MatVec
+from hdl.matvec_hidden import HiddenMatVec
 from int8model.bounds import matvec_bound
 from int8model.synthetic import random_model
-from sim.bench_matvec import hidden_of
+from plan.arithmetic import Rule
+from plan.lanes import INT8, lanes_plan, weight_table
+from plan.schedule import hidden_rules
+from sim.bench_matvec import build
 from sim.runner import ECP5Cells, generated_verilog, run_bench
 
 
@@ -15,8 +17,14 @@ def run(name, matrices, lanes, seed, count=60, idle=0.3, stall=0.3, ways=1, lut_
     params = {"matrices": [np.asarray(w).tolist() for w in matrices], "lanes": lanes, "ways": ways,
               "lut_ways": lut_ways, "seed": seed, "count": count, "idle": idle, "stall": stall, "whole": whole,
               "hidden": hidden}
-    run_bench(MatVec(matrices, lanes, ways=ways, lut_ways=lut_ways, whole=whole, hidden=hidden_of(params)),
-              name=name, test_module="sim.bench_matvec", params=params, platform=platform)
+    unit, _ = build(params)
+    run_bench(unit, name=name, test_module="sim.bench_matvec", params=params, platform=platform)
+
+
+def lanes(matrices, count, **options):
+    """The MAC lanes over ``matrices``: their plan's variant, the matrices in its weight memory."""
+    plan = lanes_plan(matrices, count, **options)
+    return (MatVec if plan.hidden is None else HiddenMatVec)(plan, weight_table(plan, matrices))
 
 
 def hidden_param(first, second, rules, matrix):
@@ -27,10 +35,10 @@ def hidden_param(first, second, rules, matrix):
 
 def test_accumulator_width_follows_the_weights():
     w = np.full((4, 3), -128)
-    unit = MatVec([w], 2)
-    assert unit.acc_bound.hi == 4 * 128 * 128 and unit.acc_bound.lo == 4 * 127 * -128
-    assert unit.acc_bits == 18
-    assert unit.groups == [2] and unit.depth == 8
+    plan = lanes_plan([w], 2)
+    assert plan.acc_bound.hi == 4 * 128 * 128 and plan.acc_bound.lo == 4 * 127 * -128
+    assert plan.acc_bits == 18
+    assert plan.groups == [2] and plan.depth == 8
 
 
 def test_extreme_weights_and_odd_shapes():
@@ -74,7 +82,7 @@ def test_a_whole_group_at_once(ways, lanes, stall):
 
 def test_lanes_must_be_a_multiple_of_the_ways():
     with pytest.raises(ValueError, match="multiple of the ways"):
-        MatVec([np.zeros((2, 7), dtype=int)], 4, ways=3)
+        lanes_plan([np.zeros((2, 7), dtype=int)], 4, ways=3)
 
 
 def test_full_speed_without_stalls():
@@ -108,7 +116,7 @@ def test_ecp5_multipliers_in_their_own_registers():
 
 def test_lut_ways_take_at_most_the_ways():
     with pytest.raises(ValueError, match="0 to 2"):
-        MatVec([np.zeros((2, 2))], 2, ways=2, lut_ways=3)
+        lanes_plan([np.zeros((2, 2))], 2, ways=2, lut_ways=3)
 
 
 def test_vectors_out_of_order_wait_a_cycle():
@@ -119,7 +127,7 @@ def test_vectors_out_of_order_wait_a_cycle():
 
     rng = np.random.default_rng(7)
     matrices = [rng.integers(-128, 128, (3, 4)), rng.integers(-128, 128, (5, 2)), rng.integers(-128, 128, (2, 6))]
-    unit = MatVec(matrices, 2, order=[1, 2])
+    unit = lanes(matrices, 2, order=[1, 2])
     sequence = [1, 2, 1, 0, 0, 2, 1, 2]  # after 1 comes 2; after 2, 1; after 0, 1
     expected_waits = [0, 0, 0, 1, 1, 1, 0, 0]
     vectors = [rng.integers(-128, 128, matrices[index].shape[0]).tolist() for index in sequence]
@@ -160,9 +168,9 @@ def test_vectors_out_of_order_wait_a_cycle():
 
 def test_order_names_distinct_matrices():
     with pytest.raises(ValueError, match="distinct indices"):
-        MatVec([np.zeros((2, 2)), np.zeros((2, 2))], 2, order=[0, 0])
+        lanes_plan([np.zeros((2, 2)), np.zeros((2, 2))], 2, order=[0, 0])
     with pytest.raises(ValueError, match="distinct indices"):
-        MatVec([np.zeros((2, 2))], 2, order=[1])
+        lanes_plan([np.zeros((2, 2))], 2, order=[1])
 
 
 @pytest.mark.parametrize("ways, lut_ways, lanes, seed", [(4, 1, 32, 0), (4, 0, 32, 1), (2, 1, 6, 2), (3, 0, 9, 3)])
@@ -178,7 +186,7 @@ def test_hidden_vector_stays_in_the_lanes(ways, lut_ways, lanes, seed):
             model.requant["r_hid"] = (1, 3)  # a shift only: one rule
     else:
         model = random_model(rng, lanes, 1, lanes - 1, 11, 8)
-    rules = hidden_rules(model)
+    rules = hidden_rules(model.requant)
     assert len(rules) == (1 if seed == 0 else 2)
     w = model.weights
     matrices = [w["Wo"], w["W1"], w["W2"], w["Eq"].T]
@@ -207,7 +215,7 @@ def test_hidden_pair_on_the_ecp5_multipliers():
     model = random_model(rng, 16, 2, 16, 16, 8)
     w = model.weights
     run("matvec_hidden_ecp5", [w["Wo"], w["W1"], w["W2"], w["Eq"].T], lanes=16, ways=4, lut_ways=1, seed=11,
-        count=16, whole=3, hidden=hidden_param(1, 2, hidden_rules(model), w["W1"]), platform=ECP5Cells())
+        count=16, whole=3, hidden=hidden_param(1, 2, hidden_rules(model.requant), w["W1"]), platform=ECP5Cells())
 
 
 def test_hidden_latency():
@@ -216,10 +224,11 @@ def test_hidden_latency():
     from sim.latency import hidden_pair_timing
     rng = np.random.default_rng(12)
     matrices = [rng.integers(-128, 128, (32, 32)), rng.integers(-128, 128, (32, 32))]
-    unit = MatVec(matrices, 32, ways=4, lut_ways=1, order=[0, 1], hidden=(0, 1, [Rule(19113, 22, relu=True)],
-                                                                          matvec_bound(INT8, matrices[0])))
-    assert unit.hidden_latency == 12  # 4 cycles' lead (the rule takes 2), the pipeline's 5, 3 of column sums
-    assert hidden_pair_timing(unit) == [unit.hidden_latency + word for word in range(8)]
+    unit = lanes(matrices, 32, ways=4, lut_ways=1, order=[0, 1],
+                 hidden=(0, 1, [Rule(19113, 22, relu=True)], matvec_bound(INT8, matrices[0])))
+    latency = unit.plan.hidden.latency
+    assert latency == 12  # 4 cycles' lead (the rule takes 2), the pipeline's 5, 3 of column sums
+    assert hidden_pair_timing(unit) == [latency + word for word in range(8)]
 
 
 def test_hidden_pair_must_fit():
@@ -227,8 +236,8 @@ def test_hidden_pair_must_fit():
     a, b = rng.integers(-128, 128, (4, 6)), rng.integers(-128, 128, (6, 3))
     rule = [Rule(1, 0)]
     with pytest.raises(ValueError, match="fit the 4 lanes"):
-        MatVec([a, b], 4, hidden=(0, 1, rule, INT8))
+        lanes_plan([a, b], 4, hidden=(0, 1, rule, INT8))
     with pytest.raises(ValueError, match="follows matrix 0"):
-        MatVec([a, b, a], 6, order=[0, 2, 1], hidden=(0, 1, rule, INT8))
+        lanes_plan([a, b, a], 6, order=[0, 2, 1], hidden=(0, 1, rule, INT8))
     with pytest.raises(ValueError, match="neither the whole one"):
-        MatVec([a, b], 6, whole=1, hidden=(0, 1, rule, INT8))
+        lanes_plan([a, b], 6, whole=1, hidden=(0, 1, rule, INT8))

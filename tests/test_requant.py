@@ -1,13 +1,23 @@
 import numpy as np
 import pytest
 
-from hdl.requant import Requant, Rule
+from amaranth.hdl import unsigned
+
+from hdl.requant import Requant
 from int8model import load
 from int8model.bounds import Bound
 from int8model.format import REQUANTS
 from int8model.synthetic import random_model
+from plan.arithmetic import ResultTable, Rule, signed_digits
+from plan.requant import requant_plan
+from sim.bench_requant import build
 from sim.latency import one_item
 from sim.runner import ECP5Cells, generated_verilog, run_bench
+
+
+def requant(in_bound, rules, *, tag_shape=unsigned(0), **options):
+    """A requant unit of ``rules`` for inputs in ``in_bound``, with the plan's ``options``."""
+    return Requant(requant_plan(in_bound, rules, **options), tag_shape=tag_shape)
 
 EDGE_RULES = [
     Rule(1, 0), Rule(-1, 0), Rule(1, 63), Rule(-1, 63), Rule(2**40 - 1, 63), Rule(-(2**40), 63),
@@ -25,17 +35,15 @@ def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_
               "addend_bounds": None if addend_bounds is None else [a and [a.lo, a.hi] for a in addend_bounds],
               "multiplier_input": multiplier_input, "sum_stage": sum_stage,
               "followed_by": followed_by and [r and [r.multiplier, r.shift, r.relu, r.saturate] for r in followed_by]}
-    unit = Requant(in_bound, rules, registered_input=registered_input, addend_bounds=addend_bounds,
-                   multiplier_input=multiplier_input, sum_stage=sum_stage, followed_by=followed_by)
-    run_bench(unit, name=name,
+    run_bench(build(params), name=name,
               test_module="sim.bench_requant", params=params, platform=platform)
 
 
 def test_widths_follow_the_bounds():
-    unit = Requant(Bound(-1000, 1000), [Rule(5, 2, saturate=False)])
-    assert unit.product_bits == Bound(-5000, 5000).bits
-    assert unit.out_bits == Bound(-1250, 1250).bits
-    assert Requant(Bound(-2**20, 2**20), [Rule(1, 0)]).out_bits == 8
+    plan = requant_plan(Bound(-1000, 1000), [Rule(5, 2, saturate=False)])
+    assert plan.product_bits == Bound(-5000, 5000).bits
+    assert plan.out_bits == Bound(-1250, 1250).bits
+    assert requant_plan(Bound(-2**20, 2**20), [Rule(1, 0)]).out_bits == 8
 
 
 PER_RULE = [  # each rule's own input range, and what the rules make of it
@@ -47,14 +55,14 @@ PER_RULE = [  # each rule's own input range, and what the rules make of it
 
 def test_widths_follow_each_rules_bound():
     bounds, rules = [b for b, _ in PER_RULE], [r for _, r in PER_RULE]
-    unit = Requant(bounds, rules)
-    assert unit.in_bits == Bound(-(2**40), 2**40).bits
+    plan = requant_plan(bounds, rules)
+    assert plan.in_bits == Bound(-(2**40), 2**40).bits
     # Against the union of the inputs, the first rule alone would need 42 + 15 bits.
-    assert unit.product_bits == max(Bound(-(2**40), 2**40).times(3).bits, Bound(-200_000, 200_000).times(17417).bits)
-    assert unit.out_bits == Bound(-13289, 13288).bits
-    assert Requant(Bound(-(2**40), 2**40), rules).out_bits > unit.out_bits
+    assert plan.product_bits == max(Bound(-(2**40), 2**40).times(3).bits, Bound(-200_000, 200_000).times(17417).bits)
+    assert plan.out_bits == Bound(-13289, 13288).bits
+    assert requant_plan(Bound(-(2**40), 2**40), rules).out_bits > plan.out_bits
     with pytest.raises(ValueError, match="2 input bounds for 3 rules"):
-        Requant(bounds[:2], rules)
+        requant_plan(bounds[:2], rules)
 
 
 ADDING = [  # a rule's input range, the rule, and the range of what it adds after the shift
@@ -70,9 +78,9 @@ def test_addends(registered_input, sum_stage):
     """``clamp((x · M >> S) + addend)``, the addend's range in the widths, against the golden
     model (and so with the sum in a stage of its own, as the epilogue's first requant has it)."""
     bounds, rules, addends = zip(*ADDING)
-    unit = Requant(list(bounds), list(rules), addend_bounds=list(addends))
-    assert unit.product_bits == max(r.sum_bound(b, a).bits for b, r, a in ADDING)
-    assert unit.out_bound.hi >= 200_000 * 17417 // 2**18 + 30_000
+    plan = requant_plan(list(bounds), list(rules), addend_bounds=list(addends))
+    assert plan.product_bits == max(r.sum_bound(b, a).bits for b, r, a in ADDING)
+    assert plan.out_bound.hi >= 200_000 * 17417 // 2**18 + 30_000
     run(f"requant_addends{'_registered' if registered_input else ''}{'_sum_stage' if sum_stage else ''}",
         list(bounds), list(rules), seed=8, count=1500, registered_input=registered_input,
         addend_bounds=list(addends), sum_stage=sum_stage)
@@ -115,17 +123,21 @@ def test_rules_of_random_models(seed):
     run(f"requant_random{seed}", Bound(-2**18, 2**18), rules, seed=seed)
 
 
-@pytest.mark.parametrize("source", ["models/zen32.json", 2])
-def test_ecp5_multipliers_in_their_own_registers(source):
+@pytest.mark.parametrize("wide, multipliers", [(False, 2), (True, 4)])
+def test_ecp5_multipliers_in_their_own_registers(wide, multipliers):
     """Elaborated as for an ECP5, as the epilogue's last requant is (each input with its rule's
     multiplier): the operands go into the MULT18X18Ds' own input registers, a wide input's
-    product in two of them; simulated with the primitives' models, against the golden model.
-    The rules of the shipped model, and of a random one."""
-    model = load(source) if isinstance(source, str) else random_model(np.random.default_rng(source), 16, 2, 24, 16, 16)
+    product in two of them (22 bits: 17 low bits, 5 high), and where a multiplier is wider than
+    18 bits too (348049, 20 bits signed), each of those in two again; as many as the plan
+    counts. Simulated with the primitives' models, against the golden model."""
+    model = load("models/zen32.json")
     rules = [Rule.to8(model.requant[k]) for k in REQUANTS] + [Rule.rq(model.requant["M_h"], relu=True)]
-    name = f"requant_ecp5_{model.sha256[:8]}"
+    if wide:
+        rules.append(Rule.to8((348049, 18)))
+    name = f"requant_ecp5{'_wide' if wide else ''}"
     run(name, Bound(-2**21, 2**21 - 1), rules, seed=11, count=1500, multiplier_input=True, platform=ECP5Cells())
-    assert generated_verilog(name).count("MULT18X18D #(") == 2
+    planned = requant_plan(Bound(-2**21, 2**21 - 1), rules, multiplier_input=True).multipliers
+    assert generated_verilog(name).count("MULT18X18D #(") == planned == multipliers
 
 
 SHIFT_ONLY = [Rule(1, 0), Rule(4, 3, saturate=False), Rule(0, 2), Rule(2**20, 25, relu=True), Rule(1, 63)]
@@ -151,10 +163,10 @@ def test_latency(bound, rules, registered_input, sum_stage, cycles):
     """Cycles from a value taken to its result offered, with the output always ready: a
     product cut in two adds its halves in the last stage, as it clamps (or in a stage of its
     own, with ``sum_stage``)."""
-    unit = Requant(bound, rules, registered_input=registered_input, sum_stage=sum_stage)
-    assert unit.in_bits == (22 if bound is WIDE else 11)
+    unit = requant(bound, rules, registered_input=registered_input, sum_stage=sum_stage)
+    assert unit.plan.in_bits == (22 if bound is WIDE else 11)
     seen = one_item(unit, {"value": 77}, cycles=8)
-    assert seen == [cycles]
+    assert seen == [cycles] == [unit.plan.latency]
 
 
 def test_a_rule_on_one_integer_is_the_golden_requant():
@@ -208,7 +220,6 @@ def test_identity_rules(rule, bound, identity):
 
 
 def test_signed_digits_make_the_multiplier_with_no_two_adjacent():
-    from hdl.requant import signed_digits
     for value in [0, 1, -1, 3, -3, 7, 19113, -19113, 2**40 - 1, -(2**41), 0x5555, 123456789]:
         digits = signed_digits(value)
         assert sum(sign << shift for shift, sign in digits) == value
@@ -274,15 +285,14 @@ def test_followed_by_a_table(bound, first, then, entries):
     as many cycles after it is taken as without the table. The table holds only the inputs
     between the two runs of constant results."""
     from amaranth.sim import Simulator
-    from hdl.requant import ResultTable
     middle = first.result_bound(bound)
     if entries is not None:
-        assert ResultTable.entries(middle, then) == entries
+        assert ResultTable.size(middle, then) == entries
     other = Rule(5, 2)
-    unit = Requant(bound, [first, other], followed_by=[then, None], tag_shape=range(1 << 12))
+    unit = requant(bound, [first, other], followed_by=[then, None], tag_shape=range(1 << 12))
     tabled, plain_results = then.result_bound(middle), other.result_bound(bound)
-    assert unit.out_bound == Bound(min(tabled.lo, plain_results.lo), max(tabled.hi, plain_results.hi))
-    plain = Requant(bound, [first, other], tag_shape=range(1 << 12))
+    assert unit.plan.out_bound == Bound(min(tabled.lo, plain_results.lo), max(tabled.hi, plain_results.hi))
+    plain = requant(bound, [first, other], tag_shape=range(1 << 12))
     assert one_item(unit, {"value": bound.hi, "select": 0}) == one_item(plain, {"value": bound.hi, "select": 0})
     rng = np.random.default_rng(bound.hi)
     values = list(range(bound.lo, bound.hi + 1))
@@ -348,19 +358,18 @@ def test_at_most_a_constant_as_logic():
 
 def test_a_table_follows_only_a_rule_that_does_not_saturate():
     with pytest.raises(ValueError, match="rule 0 saturates"):
-        Requant(Bound(0, 100), [Rule(1, 0)], followed_by=[Rule(3, 2)])
+        requant_plan(Bound(0, 100), [Rule(1, 0)], followed_by=[Rule(3, 2)])
     with pytest.raises(ValueError, match="rule 1's table would take 1001 entries, more than 256"):
-        Requant(Bound(0, 1000), [Rule(1, 0), IDENTITY], followed_by=[None, Rule(1, 0, saturate=False)])
+        requant_plan(Bound(0, 1000), [Rule(1, 0), IDENTITY], followed_by=[None, Rule(1, 0, saturate=False)])
 
 
 def test_followed_by_a_table_on_icarus():
     """The rules of the epilogue's first requant for a random model, ``M_h``'s followed by
     ``r_hid``'s table, against the golden model. ``M_h``'s inputs are drawn from around the
     table's span (a few hundredths of the model's range), the others' from all of it."""
-    from hdl.epilogue import Epilogue, Stage
-    from int8model import analyse
+    from plan import Stage, make_plan
     model = random_model(np.random.default_rng(1), 32, 4, 32, 32, 32)
-    unit = Epilogue(model, analyse(model)).first
+    unit = make_plan(model).epilogue.first
     assert [t is not None for t in unit.tables] == [stage == Stage.H for stage in Stage]
     hidden, table = unit.rules[Stage.H], unit.tables[Stage.H]
     bounds = [unit.in_bound] * len(unit.rules)

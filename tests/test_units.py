@@ -4,6 +4,7 @@ import pytest
 
 from hdl.argmax import ArgMax
 from hdl.kv_cache import KVCache
+from plan.units import CachePlan, argmax_plan
 from sim.latency import one_item
 from sim.runner import run_bench
 
@@ -14,7 +15,7 @@ def test_argmax(bits, length, ways):
     """Words from one value (a run's stages only) to a whole head of 32 lanes (a tournament
     three stages deep), runs shorter than a word among them."""
     params = {"bits": bits, "length": length, "seed": bits, "count": 300, "ways": ways}
-    run_bench(ArgMax(bits, length, ways=ways), name=f"argmax_{bits}_{length}_{ways}",
+    run_bench(ArgMax(argmax_plan(bits, length, ways)), name=f"argmax_{bits}_{length}_{ways}",
               test_module="sim.bench_argmax", params=params)
 
 
@@ -22,13 +23,13 @@ def test_argmax(bits, length, ways):
                                                       (16, 9, 4)])
 def test_kv_cache(d_model, seq_len, banks):
     params = {"d_model": d_model, "seq_len": seq_len, "seed": seq_len, "rounds": 4, "banks": banks}
-    run_bench(KVCache(d_model, seq_len, banks=banks), name=f"kv_cache_{d_model}_{seq_len}_{banks}",
+    run_bench(KVCache(CachePlan(d_model, seq_len, banks)), name=f"kv_cache_{d_model}_{seq_len}_{banks}",
               test_module="sim.bench_kv_cache", params=params)
 
 
 def test_kv_cache_banks_are_a_power_of_two():
     with pytest.raises(ValueError, match="3 banks"):
-        KVCache(8, 8, banks=3)
+        KVCache(CachePlan(8, 8, 3))
 
 
 @pytest.mark.parametrize("divisor", [4, 15, 33])
@@ -49,7 +50,7 @@ def test_uart_divisor_is_checked():
 def test_argmax_latency(length, ways, cycles):
     """Cycles from a run's last word taken to its index offered: where a run is one word
     (``length <= ways``, the engine's head), the tournament's last stage is the output."""
-    unit = ArgMax(20, length, ways=ways)
+    unit = ArgMax(argmax_plan(20, length, ways))
     values = [(7 * k) % 11 - 5 for k in range(ways)]
     count = min(length, ways)
     seen = one_item(unit, {"values": values, "count": count, "last": 1}, read=lambda ctx: ctx.get(unit.o.payload))

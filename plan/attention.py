@@ -1,0 +1,143 @@
+"""The attention unit's plan: the softmax's widths, its exponential table as read, and the
+context's divider."""
+
+from dataclasses import dataclass
+
+from int8model.bounds import Bound
+
+from .arithmetic import Rule, constant_product_terms, product_multipliers, saturating_gap
+from .requant import DividerPlan, divider_plan
+from .units import CachePlan
+
+__all__ = ["AttentionPlan", "attention_plan", "exp_entries"]
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """LUT-softmax attention (:class:`hdl.attention.Attention`) over a cache of ``seq_len`` rows,
+    ``rows`` a cycle (``groups`` groups of rows), ``ways`` context columns a cycle.
+
+    The gap from a head's maximum score is clamped to ``gap_operand_bits`` (where the LUT index
+    stops changing), times ``M_score`` in ``gap_stages`` cycles; the exp table is read as
+    ``exp_depth`` entries (spread: its last entry repeated to every index a clamped gap gives,
+    so that no clamp lies between the product and the table). ``ctx_requant``: ``r_ctx``
+    changes the context, and the divider applies it."""
+    d_model: int
+    n_heads: int
+    seq_len: int
+    ways: int
+    rows: int
+    score_rule: Rule
+    ctx_rule: Rule
+    ctx_requant: bool
+    q_bound: Bound
+    score_bound: Bound
+    gap_bound: Bound
+    scaled_bound: Bound
+    weight_bound: Bound
+    den_bound: Bound
+    num_bound: Bound
+    ctx_bound: Bound
+    gap_operand_bits: int
+    gap_stages: int
+    exp_spread: bool
+    exp_depth: int
+    nlut: int
+    divider: DividerPlan
+
+    SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
+    # Entries up to which the exp table is a ROM in logic (a few LUT4s a bit); deeper, a block RAM.
+    EXP_TABLE_IN_LOGIC = 256
+    # The most entries the exp table is spread over (a DP16KD's depth at 16 bits), past its own:
+    # an extreme M_score maps the few clamped gaps onto millions of indices.
+    SPREAD_ENTRIES = 1024
+
+    @property
+    def head_dim(self):
+        return self.d_model // self.n_heads
+
+    @property
+    def groups(self):
+        return -(-self.seq_len // self.rows)
+
+    @property
+    def score_bits(self):
+        return self.score_bound.bits
+
+    @property
+    def gap_bits(self):
+        return self.gap_bound.bits
+
+    @property
+    def weight_bits(self):
+        return self.weight_bound.bits
+
+    @property
+    def operand_bits(self):
+        """The width of a multiplier's first operand: q in the score phase, a weight in the next."""
+        return max(8, self.weight_bits)
+
+    @property
+    def ctx_bits(self):
+        return self.ctx_rule.result_bound(self.ctx_bound).bits
+
+    @property
+    def shallow_scores(self):
+        return self.groups <= self.SCORES_IN_LUTS
+
+    @property
+    def exp_style(self):
+        return "logic" if self.exp_depth <= self.EXP_TABLE_IN_LOGIC else "block"
+
+    @property
+    def cache(self):
+        """The cache it reads: a bank for each row of a group."""
+        return CachePlan(self.d_model, self.seq_len, self.rows)
+
+    @property
+    def score_scale_terms(self):
+        """The terms of a clamped gap times ``M_score``."""
+        return constant_product_terms(self.gap_operand_bits, False, self.score_rule.multiplier)
+
+    @property
+    def multipliers(self):
+        """DSP blocks: the first bank's products (the others' are LUT logic), a score scale
+        per head and bank."""
+        products = self.d_model * product_multipliers(self.operand_bits, True, 8, True)
+        scales = self.n_heads * self.rows * sum(term.multipliers for term in self.score_scale_terms)
+        return products + scales
+
+
+def attention_plan(model, bounds, *, ways=1, rows=1):
+    """The :class:`AttentionPlan` of ``model`` for its ``bounds`` (:func:`int8model.bounds.analyse`)."""
+    score_rule = Rule.rq(model.requant["M_score"])
+    ctx_rule = Rule.to8(model.requant["r_ctx"])
+    nlut = len(model.exp_lut)
+    # The gaps are clamped where the LUT index stops changing: the M_score product is then
+    # narrower. Any clamp at or above that point reads the same entries: the next all-ones
+    # value is judged on the gap's high bits alone, with no comparison after the subtraction.
+    gap_operand_bits = max(1, saturating_gap(score_rule, nlut, bounds["score_gap"].hi).bit_length())
+    # The largest clamped gap's index: the table is spread to it where that takes few entries.
+    top = ((1 << gap_operand_bits) - 1) * score_rule.multiplier >> score_rule.shift
+    exp_spread = score_rule.multiplier > 0 and top < max(nlut, AttentionPlan.SPREAD_ENTRIES)
+    terms = constant_product_terms(gap_operand_bits, False, score_rule.multiplier)
+    return AttentionPlan(
+        d_model=model.d_model, n_heads=model.n_heads, seq_len=model.seq_len, ways=ways, rows=rows,
+        score_rule=score_rule, ctx_rule=ctx_rule,
+        # Where r_ctx changes no context (a trained model's (1, 0)), the quotients leave as they are.
+        ctx_requant=not ctx_rule.is_identity_on(bounds["ctx"]),
+        q_bound=bounds["q"], score_bound=bounds["scores"], gap_bound=bounds["score_gap"],
+        scaled_bound=bounds["score_gap*M_score"], weight_bound=bounds["weights"], den_bound=bounds["den"],
+        num_bound=bounds["num"], ctx_bound=bounds["ctx"], gap_operand_bits=gap_operand_bits,
+        gap_stages=1 if len(terms) <= 1 else 2, exp_spread=exp_spread,
+        exp_depth=top + 1 if exp_spread else nlut, nlut=nlut,
+        divider=divider_plan(bounds["num"], bounds["den"], bounds["ctx"],
+                             rule=None if ctx_rule.is_identity_on(bounds["ctx"]) else ctx_rule))
+
+
+def exp_entries(plan, exp_lut):
+    """The exp table as attention reads it: spread, or as it stands."""
+    lut = [int(v) for v in exp_lut]
+    if plan.exp_spread:
+        return [lut[min(i, plan.nlut - 1)] for i in range(plan.exp_depth)]
+    return lut

@@ -1,0 +1,107 @@
+"""What travels on the serial line between a host and the device: the one place both sides read it.
+
+Frames (``docs/protocol.md``): a request ``A5 cmd tag len payload[len] crc``, a reply
+``5A type tag len payload[len] crc``, the CRC being CRC-8/AUTOSAR over every byte after the
+sync byte. The device (``hdl.protocol``) and the host (``host.protocol``, ``host.device``)
+take their numbers and layouts from here.
+"""
+
+import enum
+import struct
+from dataclasses import astuple, dataclass
+
+__all__ = ["REQUEST_SYNC", "REPLY_SYNC", "MAX_PAYLOAD", "DEFAULT_BAUD", "CRC_POLYNOMIAL", "CRC_INITIAL", "CRC_XOR",
+           "Command", "Reply", "Fault", "Ident", "Stats", "POSITION_FORMAT", "COUNT_FORMAT"]
+
+REQUEST_SYNC = 0xA5
+REPLY_SYNC = 0x5A
+MAX_PAYLOAD = 255  # a frame's length byte
+
+# 8N1 at 3 Mbaud: the ULX3S's FT231X takes it, and it is a whole number of clocks a bit at the
+# clocks the engine runs at.
+DEFAULT_BAUD = 3_000_000
+
+# CRC-8/AUTOSAR: not reflected; check value 0xDF for "123456789".
+CRC_POLYNOMIAL = 0x2F
+CRC_INITIAL = 0xFF
+CRC_XOR = 0xFF
+
+
+class Command(enum.IntEnum):
+    IDENT = 0x01     # no payload
+    RESET = 0x02     # no payload
+    FEED = 0x03      # 1 to 255 prompt tokens
+    GENERATE = 0x04  # a count (COUNT_FORMAT)
+    STATS = 0x05     # no payload
+
+
+class Reply(enum.IntEnum):
+    OK = 0x80        # the position of the next step (POSITION_FORMAT)
+    IDENT = 0x81     # an Ident
+    TOKEN = 0x82     # the tokens generated since the last TOKEN reply (1 to 255)
+    STATS = 0x83     # a Stats
+    ERROR = 0xE0     # a Fault (one byte)
+
+
+class Fault(enum.IntEnum):
+    TOKEN = 1        # a token outside the vocab
+    POSITION = 2     # the command would run past seq_len
+    NO_PROMPT = 3    # GENERATE with nothing fed since RESET
+    COUNT = 4        # GENERATE 0
+    CRC = 5          # the frame's CRC does not match
+    TRUNCATED = 6    # the line went quiet in the middle of a frame
+    UNKNOWN = 7      # an unknown command
+    LENGTH = 8       # a payload length the command does not take
+
+
+POSITION_FORMAT = "<H"
+COUNT_FORMAT = "<H"
+
+
+@dataclass(frozen=True)
+class Ident:
+    """IDENT's reply: the model's identity and shape, and how the device was built."""
+    sha256: str    # 64 hex digits
+    d_model: int
+    n_heads: int
+    d_ff: int
+    vocab: int
+    seq_len: int
+    lanes: int
+    clock_hz: int
+    baud: int
+    ways: int      # elements a cycle between the units: MAC multipliers = lanes × ways
+    lut_ways: int  # of them, built from LUTs
+
+    FORMAT = "<32s6H2I2B"
+
+    def pack(self):
+        fields = list(astuple(self))
+        fields[0] = bytes.fromhex(self.sha256)
+        return struct.pack(self.FORMAT, *fields)
+
+    @classmethod
+    def unpack(cls, payload):
+        sha256, *fields = struct.unpack(cls.FORMAT, payload)
+        return cls(sha256.hex(), *fields)
+
+    @classmethod
+    def size(cls):
+        return struct.calcsize(cls.FORMAT)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """STATS' reply."""
+    cycles: int   # cycles of the last decode step
+    pos: int      # position of the next step (= tokens in the sequence so far)
+    steps: int    # steps since RESET
+
+    FORMAT = "<IHI"
+
+    def pack(self):
+        return struct.pack(self.FORMAT, *astuple(self))
+
+    @classmethod
+    def unpack(cls, payload):
+        return cls(*struct.unpack(cls.FORMAT, payload))
