@@ -1,4 +1,4 @@
-"""The engine against a CPU core, side by side: ``python -m bench.speed``.
+"""The engine against a CPU core, side by side: python -m bench.speed
 
 For the shipped model and seed-size random models, from one run: the engine's cycles per
 token counted in simulation (mean over a whole context) times the fmax of the built ULX3S-85F
@@ -121,7 +121,8 @@ def main(argv=None):
                              "that --write-models wrote), whose fmax to use for it (repeatable; default: a model "
                              "takes the shipped model's)")
     parser.add_argument("--write-models", type=Path, metavar="DIR",
-                        help="write the benchmark's random models into DIR as model files (to build them), and stop")
+                        help="write the benchmark's random models into DIR as model files (to build them), and stop "
+                             "(default: run the benchmark)")
     parser.add_argument("--fmax", type=float, help="fmax in MHz, instead of a build report's (default: the report's)")
     add_shape_arguments(parser, device_help="with --fmax, or shape options: the part whose build's shape to count")
     parser.add_argument("--out", type=Path, default=Path("build/bench"),

@@ -70,7 +70,7 @@ def text_report(r):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hdl.build", description=__doc__.splitlines()[0])
-    parser.add_argument("--board", choices=["ulx3s"], required=True, help="the board to build for")
+    parser.add_argument("--board", choices=["ulx3s"], required=True, help="the board to build for (required)")
     add_model_argument(parser)
     add_shape_arguments(parser)
     parser.add_argument("--clock", type=float, default=DEFAULT_CLOCK_HZ, metavar="HZ",

@@ -16,9 +16,8 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from hdl.fanout import KEEP_REPLICAS
-from int8model.format import load
-from plan import FitError, make_contents
-from plan.options import add_model_argument, add_shape_arguments, plan_from_arguments
+from plan import make_contents
+from plan.options import add_model_argument, add_shape_arguments, model_and_plan
 
 from .toolchain import ROUTER, SYNTH_CHECK, tool
 
@@ -130,11 +129,7 @@ def main(argv=None):
                         help="only the units whose name contains this (repeatable; default: every unit)")
     parser.add_argument("--paths", action="store_true", help="print each unit's critical path (default: off)")
     args = parser.parse_args(argv)
-    model = load(args.model)
-    try:
-        plan = plan_from_arguments(model, args, any_shape=True)
-    except FitError as error:
-        parser.exit(2, f"{error}\nGive --ways and --lanes to cost a shape that no part takes.\n")
+    model, plan = model_and_plan(parser, args)
     contents = make_contents(plan, model)
     print(model.identity_line)
     print(plan.shape.describe())

@@ -75,7 +75,7 @@ class ArgMax(wiring.Component):
         # one (or the earlier is not live), so that the first maximum keeps the win on a tie.
         # The winner's offset gains one bit a level, which half it came from: every bit is a
         # select or a comparison's result, none a constant (selects between constant offsets
-        # became set and reset logic, whose route to a far register was the 85F's critical path).
+        # become set and reset logic, a long route to a far register).
         def contest(early, late):
             live_e, value_e, offset_e = early
             live_l, value_l, offset_l = late

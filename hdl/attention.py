@@ -120,7 +120,8 @@ class Attention(wiring.Component):
         # weight phase. The first bank's are DSP blocks, the others' LUT logic.
         scoring = Signal(init=1)
         # The phase also selects every multiplier's operands: a copy per SELECT_COLUMNS
-        # columns, each near its multipliers (one register reaching them all took a 10 ns route).
+        # columns, each near its multipliers (one register reaching them all is a route across
+        # the part).
         operand_scoring = replicas(1, -(-d // self.SELECT_COLUMNS), "operand_scoring", init=1)
 
         def set_scoring(value):
@@ -183,10 +184,10 @@ class Attention(wiring.Component):
             if later is not None:
                 m.d.sync += later.eq(early)
         # A head's sum in two stages: its terms added two by two into registers (a LUT
-        # product's two halves, or two columns' DSP products), then those. All at once, a LUT
-        # bank's sixteen terms a head took five levels of logic and a carry chain, the 85F's
-        # critical path. Every sum is kept to the score's width: any carry out of it cancels
-        # in the head's sum, which fits.
+        # product's two halves, or two columns' DSP products), then those: a LUT bank's
+        # sixteen terms a head at once would be five levels of logic and a carry chain. Every
+        # sum is kept to the score's width: any carry out of it cancels in the head's sum,
+        # which fits.
         head_sums = [Signal(score_layout, name=f"head_sums{r}") for r in range(rows)]
         for r in range(rows):
             for g in range(heads):
@@ -202,8 +203,7 @@ class Attention(wiring.Component):
             ]
         # The maximum in two stages: the group's first maximum into a register, then the
         # running one, whose loop is then one comparison and a select (the sums come from
-        # multipliers all over the part; compared with the running maximum at once, they were
-        # the critical path).
+        # multipliers all over the part: their routes end in the group's register).
         group_best = Signal(score_layout)
         group_valid = Signal()
         group_first = Signal()
@@ -303,8 +303,8 @@ class Attention(wiring.Component):
                                                + [weights[r][g] for r in range(rows)]))
         # A column's products (all its banks', and a LUT product's two halves) are summed into
         # a register of their own, beside the multipliers, before they are added to the
-        # numerator: all at once, the route from a LUT product to a numerator's adder tree
-        # was the 85F's critical path. Kept to num's width: any carry out cancels in num.
+        # numerator, so that the route from a LUT product ends in a register, not in a
+        # numerator's adder tree. Kept to num's width: any carry out cancels in num.
         column_sums = [Signal(signed(plan.num_bound.bits), name=f"column_sum{e}") for e in range(d)]
         m.d.sync += [column_sums[e].eq(tree_sum(t for r in range(rows) for t in products[r][e]))
                      for e in range(d)]
@@ -322,14 +322,14 @@ class Attention(wiring.Component):
         # when the queue behind them has room for all of it. So the numerators shift down
         # ``ways`` columns every cycle for d/ways cycles, on copies of one register (one per
         # SELECT_COLUMNS columns, as the phase select), rather than on the dividers' readiness
-        # (spread over the part with attention's multipliers, they took a 7 ns route from it).
+        # (which would be a route back across the part, where attention's multipliers are).
         ways = self.ways
         words = -(-d // ways)
         shifting = replicas(1, -(-d // self.SELECT_COLUMNS), "context_shift")
         # Each column's den, its head's, copied into a register of its own until the context
         # starts, shifts down with the numerators: the dividers take it from a register, with
-        # no select between (selecting each word's heads' dens, from the column or from a
-        # table by word, was the 85F's critical path, and its route to the dividers).
+        # no select between them (a select of each word's heads' dens, by column or by word,
+        # would sit on the route to the dividers).
         column_dens = [Signal(signed(plan.den_bound.bits), name=f"column_den{e}") for e in range(d)]
         for e in range(d):
             with m.If(shifting[e // self.SELECT_COLUMNS]):

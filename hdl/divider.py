@@ -75,8 +75,8 @@ class FloorDivider(wiring.Component):
             return sum((den << i for i in range(k.bit_length()) if k >> i & 1), Const(0))
 
         def plus_times(value, k):
-            # A subtraction where k < 0, not the sum with a negation: that took a carry chain
-            # of its own before the sum's (the 85F's critical path, in the first stage).
+            # A subtraction where k < 0, not the sum with a negation: a negation is a carry
+            # chain of its own, in series with the sum's.
             return value - times(-k) if k < 0 else value + times(k)
         stage = data.StructLayout({
             "valid": 1, "rem": signed(self.plan.rem_bits + 1),
@@ -111,7 +111,7 @@ class FloorDivider(wiring.Component):
             low = group[-1]
             applies_rule = low == 0 and self.plan.rule is not None  # the last stage, with a rule
             # A trial fits where its sign bit is clear (not a comparison with 0, which Yosys
-            # builds as a carry chain after the subtraction's: the 85F's critical path).
+            # builds as a second carry chain after the subtraction's).
             fits = [~trial[-1] for trial in trials]
 
             def pick(choices, lo=0, hi=len(trials) - 1):

@@ -34,7 +34,7 @@ class Epilogue(wiring.Component):
 
     A stage skips the units it has nothing to do in: ``EMBED`` enters at the second requant,
     ``Q``, ``K`` and ``V`` leave after the first, and so does ``H`` where ``r_hid`` only
-    shifts (its two rules are then one, see :meth:`.Rule.then`) or where the first requant
+    shifts (its two rules are then one, see :meth:`plan.arithmetic.Rule.then`) or where the first requant
     applies it by a table of its results. Of the values in flight at any time, all
     belong to one stage (a decode step makes each stage's values from the previous stage's),
     so the paths never meet.
@@ -70,7 +70,7 @@ class Epilogue(wiring.Component):
     def first_multiplier(self, select):
         """The first requant's multiplier for the stage ``select``, for the input's ``multiplier``:
         looked up where the stage is decided, it reaches the multiplier from the register the
-        input must come from (not through a table of the rules: a critical path)."""
+        input must come from, not through a table of the rules after it."""
         return self.first.multiplier_of(select)
 
     def elaborate(self, platform):

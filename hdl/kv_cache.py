@@ -35,10 +35,10 @@ class KVCache(wiring.Component):
     -----
     write : ``In(stream.Signature(StructLayout({"pos", "k", "v"})))``
         Always ready: a row is written the cycle it is offered.
-    read : ``In(CacheRead(d_model, seq_len, banks))``
+    read : ``In(CacheRead(plan))``
         Two cycles of latency: the block RAMs' rows go through registers of their own, with
-        nothing before them, so that their slow output (5.6 ns on the 85F) is not followed by
-        the route to wherever the rows are used (a critical path of 11.3 ns).
+        nothing before them, so that their slow output (over 5 ns on the ECP5) is not followed
+        by the route to wherever the rows are used.
     """
 
     LATENCY = 2

@@ -63,8 +63,7 @@ class HiddenMatVec(MatVec):
         s.waiting = Signal(range(hidden.lead + 1))
         s.blocked = (s.expected == hidden.first) & s.hidden_ahead  # the first waits for the second's last words
         # replay | inner, a register of its own, so that the input's valid meets one decision
-        # on its way to the issue (the path from the epilogue through the feed queue into the
-        # issue is among the design's slowest).
+        # on its way to the issue (it comes from the epilogue through the feed queue).
         s.internal = Signal()
 
     def _issue_control(self, m, s):

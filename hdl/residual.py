@@ -55,8 +55,8 @@ class Residual(wiring.Component):
         # A column is stored long before it is looked up (a whole matrix product apart), so
         # neither needs a bypass, and the write may wait a cycle: it is made from registers,
         # each vector's enable decoded ahead, not from the handshake of the value it stores
-        # (a requant's output, its stage decoded, and a route to the LUT RAM's write enable
-        # was the 85F's critical path).
+        # (a requant's output, its stage decoded, and a route to the LUT RAM's write enable,
+        # all in one cycle).
         store_tag = Signal.like(self.store_tag)
         store_value = Signal.like(self.store_value)
         m.d.sync += [store_tag.eq(self.store_tag), store_value.eq(self.store_value)]

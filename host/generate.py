@@ -1,4 +1,4 @@
-"""Generate tokens with a model: ``python -m host.generate --model models/zen32.json --text "..."``.
+"""Generate tokens with a model: python -m host.generate --model models/zen32.json --text "..."
 
 Prints one ``GEN i token`` line per generated token (the reference trace format), or with
 ``--text`` the prompt and its continuation, decoded by the model's tokenizer.
@@ -32,8 +32,9 @@ def main(argv=None):
                              "board, or the board (default: the board if one is attached, else sim)")
     add_model_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", type=parse_prompt, help="prompt token ids, e.g. 3,1,4")
-    source.add_argument("--text", help="prompt text, encoded with the model's tokenizer")
+    source.add_argument("--prompt", type=parse_prompt,
+                        help="prompt token ids, e.g. 3,1,4 (this or --text is required)")
+    source.add_argument("--text", help="prompt text, encoded with the model's tokenizer (this or --prompt is required)")
     parser.add_argument("--generate", type=int, metavar="N",
                         help="tokens to generate (default: up to the end of the context)")
     parser.add_argument("--port", help="serial port of the board (serial backend; default: the attached ULX3S)")

@@ -264,10 +264,11 @@ def accuracy_int8(int_model, ids):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="where to write the int8 model file")
-    parser.add_argument("--steps", type=int, default=4000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(prog="python -m int8model.train", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="where to write the int8 model file (required)")
+    parser.add_argument("--steps", type=int, default=4000, help="training steps (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="the random seed of the initial weights and the batches "
+                                                            "(default: %(default)s)")
     args = parser.parse_args(argv)
     text = corpus()
     tokenizer = Tokenizer.for_text(text)

@@ -8,7 +8,7 @@ from .plan import choose_plan, make_plan
 from .shape import ATTENTION_ROWS, DEFAULT_ATTENTION_ROWS, MAX_WAYS, Shape
 
 __all__ = ["SHIPPED_MODEL", "add_model_argument", "add_shape_arguments", "asked_shape", "plan_from_arguments",
-           "shape_arguments"]
+           "model_and_plan", "shape_arguments"]
 
 SHIPPED_MODEL = Path(__file__).resolve().parent.parent / "models" / "zen32.json"
 
@@ -57,6 +57,21 @@ def plan_from_arguments(model, args, *, any_shape=False):
         return make_plan(model, Shape(asked.lanes, asked.ways, asked.lut_ways or 0, asked.qkv_table,
                                       asked.hidden_in_lanes, asked.attention_rows))
     return choose_plan(model, args.device, asked)
+
+
+def model_and_plan(parser, args, *, any_shape=True):
+    """The model the options name and the plan they ask for; a model file that cannot be used
+    or a shape that does not fit ends the command (exit status 2) with the reason."""
+    from int8model.bounds import BoundsError
+    from int8model.format import ModelError, load
+    from .plan import FitError
+    try:
+        model = load(args.model)
+        return model, plan_from_arguments(model, args, any_shape=any_shape)
+    except (ModelError, BoundsError) as error:
+        parser.exit(2, f"error: {error}\n")
+    except FitError as error:
+        parser.exit(2, f"error: {error}\nGive --ways and --lanes for a shape that no part takes.\n")
 
 
 def shape_arguments(shape, device=None):

@@ -11,9 +11,7 @@ import argparse
 import json
 import sys
 
-from int8model.format import load
-from plan import FitError
-from plan.options import add_model_argument, add_shape_arguments, plan_from_arguments
+from plan.options import add_model_argument, add_shape_arguments, model_and_plan
 
 from .bench_engine import run_engine
 
@@ -54,12 +52,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m sim.cycles", description=__doc__.splitlines()[0])
     add_model_argument(parser)
     add_shape_arguments(parser, device_help="the ULX3S part whose build's shape to count")
-    args = parser.parse_args(argv)
-    model = load(args.model)
-    try:
-        plan = plan_from_arguments(model, args, any_shape=True)
-    except FitError as error:
-        parser.exit(2, f"{error}\nGive --ways and --lanes to count a shape that no part takes.\n")
+    model, plan = model_and_plan(parser, parser.parse_args(argv))
     print(model.identity_line)
     cycles = measure(model, plan)
     s = summary(plan, cycles)

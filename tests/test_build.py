@@ -1,5 +1,6 @@
 """Building for the ULX3S: the fit check, the part's choice of shape, the PLL, and a real bitstream with its report."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -101,13 +102,15 @@ def test_cycles_are_counted_in_the_shape_the_part_is_built_with(capsys):
 
 
 def test_the_qkv_table_where_the_part_has_the_block_ram():
-    """A model whose q, k, v table is small enough (120 KB) gets it on the 85F, not on the 45F:
-    there the table's 86 block RAMs and the rest's exceed its 108."""
-    model = random_model(np.random.default_rng(1), 32, 4, 32, 40, 32)
-    with_table, without = make_plan(model, Shape(8, 4, 1, True)), make_plan(model, Shape(8, 4, 1, False))
-    assert with_table.block_rams > PARTS["45F"].DP16KD >= without.block_rams
-    assert choose_plan(model, "85F").shape == Shape(32, 4, 1, True)
-    assert choose_plan(model, "45F").shape == Shape(8, 4, 1, False)
+    """A model whose q, k, v table is small enough (126 KB) gets it on the 85F, not on the 45F,
+    where the table's block RAMs and the rest's exceed its 108; every shape the part takes has
+    the table exactly where its plan fits with it."""
+    model = random_model(np.random.default_rng(1), 48, 4, 48, 28, 32)
+    on_85f, on_45f = choose_plan(model, "85F").shape, choose_plan(model, "45F").shape
+    assert on_85f.qkv_table and not on_45f.qkv_table
+    with_table = make_plan(model, dataclasses.replace(on_45f, qkv_table=True))
+    assert with_table.block_rams > PARTS["45F"].DP16KD
+    assert make_plan(model, on_85f).block_rams <= PARTS["85F"].DP16KD
     assert choose_plan(load(SHIPPED), "85F", Shape(ways=None, lut_ways=None, qkv_table=False)).shape == \
         Shape(32, 4, 1, False)
 
