@@ -80,7 +80,9 @@ def _terms(m, a, b, enable, width, name, *, multiply, hold):
             else:
                 product = multiply(a_piece, b_piece, f"{term_name}_multiplier")
         register = _register(m, product, enable, signed(term_width), term_name)
-        out.append(register << (term.a.low + term.b.low))
+        shift = term.a.low + term.b.low
+        # (A shift by 0 is left out: Yosys would not merge an adder tree through it.)
+        out.append(register << shift if shift else register)
     if not out:
         out.append(Const(0, signed(1)))
     return out
