@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Bound", "BoundsError", "analyse", "matvec_bound", "signed_bits"]
+__all__ = ["Bound", "BoundsError", "ModelBounds", "analyse", "matvec_bound", "signed_bits"]
 
 INT64 = (-2**63, 2**63 - 1)
 
@@ -73,19 +73,59 @@ def _product(a, b):
     return Bound(min(corners), max(corners))
 
 
-def analyse(model):
-    """Return ``{name: Bound}`` for every intermediate of a step of ``model``.
+class ModelBounds(dict):
+    """The bounds of a step's intermediates: for a one-layer model, ``{name: Bound}`` itself;
+    for any model, ``layers[l]``, each layer's (its ``x`` the residual stream entering it, its
+    ``s2`` the one leaving it), and ``oi`` and ``logits`` at the top."""
 
-    Names: ``x``, ``x*r_qkv`` (the requant products, one per requant), ``xi``, ``acc_q``,
-    ``acc_k``, ``acc_v``, ``q``, ``k``, ``v``, ``scores``, ``score_gap`` (max − s), ``lut_index``,
-    ``weights``, ``den``, ``num``, ``ctx``, ``ci``, ``acc_o``, ``o``, ``s1``, ``hi``, ``acc_h``,
-    ``hid``, ``fi``, ``acc_f``, ``f``, ``s2``, ``oi``, ``logits``.
+    def __init__(self, layers, top):
+        super().__init__(layers[0] if len(layers) == 1 else {})
+        self.update(top)
+        self.layers = tuple(layers)
+
+
+def analyse(model):
+    """Return the bounds of every intermediate of a step of ``model``, a :class:`ModelBounds`.
+
+    Names (in each layer's dict): ``x``, ``x*r_qkv`` (the requant products, one per requant),
+    ``xi``, ``acc_q``, ``acc_k``, ``acc_v``, ``q``, ``k``, ``v``, ``scores``, ``score_gap``
+    (max − s), ``lut_index``, ``weights``, ``den``, ``num``, ``ctx``, ``ci``, ``acc_o``, ``o``,
+    ``s1``, ``hi``, ``acc_h``, ``hid``, ``relu``, ``fi``, ``acc_f``, ``f``, ``s2``; at the top,
+    ``oi`` and ``logits``. Each layer's ``x`` is the one before's ``s2`` (the first's, the
+    embeddings'): the bounds follow the residual stream through every layer.
 
     Raises :class:`BoundsError` if any of them could leave ``int64``.
     """
-    r = model.requant
-    w = model.weights
-    b = {}
+    ein = [[int(v) for v in row] for row in model.embed.tolist()]
+    pin = [[int(v) for v in row] for row in model.positions.tolist()]
+    cols = range(model.d_model)
+    x = Bound(min(min(e[c] for e in ein) + min(p[c] for p in pin) for c in cols),
+              max(max(e[c] for e in ein) + max(p[c] for p in pin) for c in cols))
+    layers = []
+    for layer in model.layers:
+        b = _layer_bounds(model, layer, x)
+        layers.append(b)
+        x = b["s2"]
+    top = {}
+    r_out = model.r_out
+    top["s2*r_out"] = x.times(r_out[0])
+    top["oi"] = (top["s2*r_out"] >> r_out[1]).clamp(-128, 127)
+    top["logits"] = matvec_bound(top["oi"], np.asarray(model.head).T)
+    for l, b in enumerate(layers + [top]):
+        for name, bound in b.items():
+            if bound.lo < INT64[0] or bound.hi > INT64[1]:
+                where = f" in layer {l}" if l < len(layers) and len(layers) > 1 else ""
+                raise BoundsError(
+                    f"{name}{where} can reach [{bound.lo}, {bound.hi}], outside the signed 64-bit range: "
+                    f"the model's requant multipliers or embeddings are too large")
+    return ModelBounds(layers, top)
+
+
+def _layer_bounds(model, layer, x):
+    """One layer's bounds, for its input residual stream ``x``."""
+    r = layer.requant
+    w = layer.weights
+    b = {"x": x}
 
     def requant(name, source, pair):
         multiplier, shift = r[pair]
@@ -98,11 +138,6 @@ def analyse(model):
         requant(name, source, pair)
         b[name] = b[name].clamp(-128, 127)
 
-    ein = [[int(v) for v in row] for row in model.embed.tolist()]
-    pin = [[int(v) for v in row] for row in model.positions.tolist()]
-    cols = range(model.d_model)
-    b["x"] = Bound(min(min(e[c] for e in ein) + min(p[c] for p in pin) for c in cols),
-                   max(max(e[c] for e in ein) + max(p[c] for p in pin) for c in cols))
     to8("xi", "x", "r_qkv")
     for name, matrix, pair in (("q", "Wq", "M_q"), ("k", "Wk", "M_k"), ("v", "Wv", "M_v")):
         b[f"acc_{name}"] = matvec_bound(b["xi"], w[matrix])
@@ -133,12 +168,4 @@ def analyse(model):
     b["acc_f"] = matvec_bound(b["fi"], w["W2"])
     requant("f", "acc_f", "M_f")
     b["s2"] = b["s1"] + b["f"]
-    to8("oi", "s2", "r_out")
-    b["logits"] = matvec_bound(b["oi"], np.asarray(w["Eq"]).T)
-
-    for name, bound in b.items():
-        if bound.lo < INT64[0] or bound.hi > INT64[1]:
-            raise BoundsError(
-                f"{name} can reach [{bound.lo}, {bound.hi}], outside the signed 64-bit range: "
-                f"the model's requant multipliers or embeddings are too large")
     return b

@@ -1,8 +1,12 @@
-"""The one-layer int8 model file: loading, validation and identity.
+"""The int8 model file: loading, validation and identity.
 
 A model file is JSON with the keys ``config``, ``requant``, ``weights_int8``, ``embed_stream`` and
-``exp_lut`` (see docs/semantics.md). Any other top-level key (a tokenizer, metadata) is kept as it is but
-takes no part in the model's identity, which covers only what decides the integer arithmetic.
+``exp_lut`` (see docs/semantics.md). A deep model (``config.n_layers`` L) gives each per-layer
+requant pair and matrix as a list of L, layer 0 first; ``r_out``, ``Eq``, the embeddings and the
+exp table stay single. A file without ``n_layers`` is a one-layer model, and the two spellings of
+a one-layer model are the same model, with the same identity. Any other top-level key (a
+tokenizer, metadata) is kept as it is but takes no part in the model's identity, which covers
+only what decides the integer arithmetic.
 """
 
 import hashlib
@@ -12,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ModelError", "Model", "REQUANTS", "WEIGHTS", "load", "loads"]
+__all__ = ["ModelError", "Model", "Layer", "REQUANTS", "WEIGHTS", "LAYER_REQUANTS", "LAYER_WEIGHTS", "load",
+           "loads"]
 
 #: The twelve requant pairs, in the order the model file lists them.
 REQUANTS = ("r_qkv", "r_ffn", "r_out", "r_ctx", "r_hid",
@@ -20,6 +25,10 @@ REQUANTS = ("r_qkv", "r_ffn", "r_out", "r_ctx", "r_hid",
 
 #: The int8 weight matrices, in the order the model file lists them.
 WEIGHTS = ("Wq", "Wk", "Wv", "Wo", "W1", "W2", "Eq")
+
+#: The requant pairs and matrices each layer of a deep model has its own of; the rest are shared.
+LAYER_REQUANTS = tuple(key for key in REQUANTS if key != "r_out")
+LAYER_WEIGHTS = tuple(key for key in WEIGHTS if key != "Eq")
 
 #: A token travels as one byte.
 MAX_VOCAB = 256
@@ -33,23 +42,59 @@ class ModelError(ValueError):
 
 
 @dataclass(frozen=True, eq=False)
+class Layer:
+    """One layer's parameters: ``requant`` holds its own pairs and the shared ``r_out``,
+    ``weights`` its own matrices and the shared ``Eq``, so that a layer reads as the one-layer
+    model's keys do."""
+    requant: dict          # name -> (M, S)
+    weights: dict          # name -> 2-D int64 array
+
+
+@dataclass(frozen=True, eq=False)
 class Model:
     """A validated model. Arrays are read-only ``int64``; matrices keep their stored shapes.
 
-    ``weights["Wq"]`` is ``d × d`` input-major (``y = x @ W``), ``weights["W1"]`` is
-    ``d × d_ff``, ``weights["W2"]`` is ``d_ff × d`` and ``weights["Eq"]`` is ``vocab × d``.
+    ``layers[l].weights["Wq"]`` is ``d × d`` input-major (``y = x @ W``), ``["W1"]`` is
+    ``d × d_ff``, ``["W2"]`` is ``d_ff × d`` and ``["Eq"]`` (shared) is ``vocab × d``.
     """
     d_model: int
     n_heads: int
     d_ff: int
     vocab: int
     seq_len: int
-    requant: dict          # name -> (M, S)
-    weights: dict          # name -> 2-D int64 array
+    layers: tuple
     embed: np.ndarray      # EinA, vocab × d
     positions: np.ndarray  # PinA, seq_len × d
     exp_lut: np.ndarray    # NLUT
     extra: dict = field(default_factory=dict)
+
+    @property
+    def n_layers(self):
+        return len(self.layers)
+
+    @property
+    def requant(self):
+        """A one-layer model's requant pairs (a deep model's are its layers')."""
+        return self._one_layer().requant
+
+    @property
+    def weights(self):
+        """A one-layer model's matrices (a deep model's are its layers')."""
+        return self._one_layer().weights
+
+    def _one_layer(self):
+        if self.n_layers != 1:
+            raise ModelError(f"a model of {self.n_layers} layers has its requant pairs and matrices by layer")
+        return self.layers[0]
+
+    @property
+    def r_out(self):
+        return self.layers[-1].requant["r_out"]
+
+    @property
+    def head(self):
+        """``Eq``, the tied head: vocab × d."""
+        return self.layers[-1].weights["Eq"]
 
     @property
     def head_dim(self):
@@ -61,15 +106,26 @@ class Model:
 
     @property
     def shape(self):
-        return {"d_model": self.d_model, "n_heads": self.n_heads, "d_ff": self.d_ff,
-                "vocab": self.vocab, "seq_len": self.seq_len}
+        shape = {"d_model": self.d_model, "n_heads": self.n_heads, "d_ff": self.d_ff,
+                 "vocab": self.vocab, "seq_len": self.seq_len}
+        if self.n_layers > 1:
+            shape["n_layers"] = self.n_layers
+        return shape
 
     def to_json(self):
-        """The model file's content as a JSON-ready dict (extras included)."""
+        """The model file's content as a JSON-ready dict (extras included); a one-layer model in
+        the seed's spelling, without ``n_layers``."""
         doc = dict(self.extra)
         doc["config"] = self.shape
-        doc["requant"] = {k: list(self.requant[k]) for k in REQUANTS}
-        doc["weights_int8"] = {k: self.weights[k].ravel().tolist() for k in WEIGHTS}
+        deep = self.n_layers > 1
+
+        def per_layer(values):
+            return values if deep else values[0]
+        doc["requant"] = {k: list(self.r_out) if k == "r_out" else
+                          per_layer([list(layer.requant[k]) for layer in self.layers]) for k in REQUANTS}
+        doc["weights_int8"] = {k: self.head.ravel().tolist() if k == "Eq" else
+                               per_layer([layer.weights[k].ravel().tolist() for layer in self.layers])
+                               for k in WEIGHTS}
         doc["embed_stream"] = {"EinA": self.embed.ravel().tolist(),
                                "PinA": self.positions.ravel().tolist()}
         doc["exp_lut"] = self.exp_lut.tolist()
@@ -79,7 +135,8 @@ class Model:
     def sha256(self):
         """SHA-256 over the canonical serialisation of the model's semantic content.
 
-        Key order and whitespace in the file do not change it; extras do not either.
+        Key order and whitespace in the file do not change it; extras do not either; nor does
+        the spelling of a one-layer model (with or without ``n_layers``).
         """
         doc = self.to_json()
         canonical = json.dumps({k: doc[k] for k in SEMANTIC_KEYS},
@@ -158,33 +215,55 @@ def from_json(doc):
     if vocab > MAX_VOCAB:
         raise ModelError(f"config.vocab is {vocab}; a token travels as one byte, so at most {MAX_VOCAB}")
 
-    section = _section(doc, "requant")
-    requant = {}
+    layers = 1
+    if "n_layers" in config:
+        layers = config["n_layers"]
+        if not _is_int(layers) or layers <= 0:
+            raise ModelError(f"config.n_layers is {layers!r}, not a positive integer")
+    deep = "n_layers" in config
+
+    def per_layer(section, key, what):
+        """The key's value for each layer: a list of ``layers`` of them where the file gives
+        ``n_layers``, else the one value."""
+        value = section[key]
+        if not deep:
+            return [(value, f"{section_name}.{key}")]
+        if not isinstance(value, list) or len(value) == 0 or not isinstance(value[0], list):
+            raise ModelError(f"{section_name}.{key} must be a list of {layers} {what}s, one per layer "
+                             f"(config.n_layers is {layers}), not a single {what}")
+        if len(value) != layers:
+            raise ModelError(f"{section_name}.{key} holds {len(value)} {what}s, expected {layers} "
+                             f"(config.n_layers is {layers})")
+        return [(item, f"{section_name}.{key}[layer {l}]") for l, item in enumerate(value)]
+
+    section_name = "requant"
+    section = _section(doc, section_name)
+    requant = [{} for _ in range(layers)]
     for key in REQUANTS:
         if key not in section:
             raise ModelError(f"missing key 'requant.{key}'")
-        pair = section[key]
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise ModelError(f"requant.{key} must be an [M, S] pair, not {pair!r}")
-        multiplier, shift = pair
-        if not _is_int(multiplier):
-            raise ModelError(f"requant.{key}'s multiplier {multiplier!r} is not an integer")
-        if not _is_int(shift) or not 0 <= shift <= 63:
-            raise ModelError(f"requant.{key}'s shift {shift!r} is outside 0..63")
-        if not -2**63 <= multiplier < 2**63:
-            raise ModelError(f"requant.{key}'s multiplier {multiplier} is outside the signed 64-bit range")
-        requant[key] = (multiplier, shift)
+        values = per_layer(section, key, "[M, S] pair") if key in LAYER_REQUANTS else \
+            [(section[key], f"requant.{key}")] * layers
+        for l, (pair, where) in enumerate(values):
+            requant[l][key] = _pair(pair, where)
 
-    section = _section(doc, "weights_int8")
+    section_name = "weights_int8"
+    section = _section(doc, section_name)
     shapes = {"Wq": (d, d), "Wk": (d, d), "Wv": (d, d), "Wo": (d, d),
               "W1": (d, d_ff), "W2": (d_ff, d), "Eq": (vocab, d)}
-    weights = {}
+    weights = [{} for _ in range(layers)]
     for key in WEIGHTS:
         if key not in section:
             raise ModelError(f"missing key 'weights_int8.{key}'")
         rows, cols = shapes[key]
-        values = _ints(section[key], f"weights_int8.{key}", rows * cols, -128, 127)
-        weights[key] = _as_int64(values, f"weights_int8.{key}").reshape(rows, cols)
+        if key in LAYER_WEIGHTS:
+            values = per_layer(section, key, "array")
+        else:
+            values = [(section[key], f"weights_int8.{key}")]
+        for l, (value, where) in enumerate(values):
+            array = _as_int64(_ints(value, where, rows * cols, -128, 127), where).reshape(rows, cols)
+            for target in (weights[l:l + 1] if key in LAYER_WEIGHTS else weights):
+                target[key] = array
 
     section = _section(doc, "embed_stream")
     tables = {}
@@ -206,8 +285,21 @@ def from_json(doc):
     exp_lut = _as_int64(values, "exp_lut")
 
     extra = {k: v for k, v in doc.items() if k not in SEMANTIC_KEYS}
-    return Model(d, heads, d_ff, vocab, seq_len, requant, weights,
+    return Model(d, heads, d_ff, vocab, seq_len, tuple(Layer(r, w) for r, w in zip(requant, weights)),
                  tables["EinA"], tables["PinA"], exp_lut, extra)
+
+
+def _pair(pair, where):
+    if not isinstance(pair, list) or len(pair) != 2:
+        raise ModelError(f"{where} must be an [M, S] pair, not {pair!r}")
+    multiplier, shift = pair
+    if not _is_int(multiplier):
+        raise ModelError(f"{where}'s multiplier {multiplier!r} is not an integer")
+    if not _is_int(shift) or not 0 <= shift <= 63:
+        raise ModelError(f"{where}'s shift {shift!r} is outside 0..63")
+    if not -2**63 <= multiplier < 2**63:
+        raise ModelError(f"{where}'s multiplier {multiplier} is outside the signed 64-bit range")
+    return (multiplier, shift)
 
 
 def loads(text):

@@ -12,7 +12,8 @@ import numpy as np
 
 from .bounds import analyse
 
-__all__ = ["DecodeError", "check_token", "check_generation", "rq", "c8", "to8", "fdiv", "matvec", "projections", "attention", "argmax", "Trace", "Golden"]
+__all__ = ["DecodeError", "check_token", "check_generation", "rq", "c8", "to8", "fdiv", "matvec", "projections",
+           "attention", "argmax", "LayerTrace", "Trace", "Golden"]
 
 
 class DecodeError(ValueError):
@@ -45,15 +46,19 @@ def matvec(x, matrix):
 
 
 def projections(model, tok, pos):
-    """Steps 1 and 2 for ``tok`` at ``pos``: ``x``, ``xi``, ``q``, ``k``, ``v``. In a one-layer
-    model they depend on the token and the position only."""
-    r, w = model.requant, model.weights
+    """Steps 1 and 2 for ``tok`` at ``pos``, in the first layer: ``x``, ``xi``, ``q``, ``k``,
+    ``v``. They depend on the token and the position only."""
     x = model.embed[tok] + model.positions[pos]
+    return (x, *_layer_projections(model.layers[0], x))
+
+
+def _layer_projections(layer, x):
+    r, w = layer.requant, layer.weights
     xi = to8(x, r["r_qkv"])
     q = to8(matvec(xi, w["Wq"]), r["M_q"])
     k = to8(matvec(xi, w["Wk"]), r["M_k"])
     v = to8(matvec(xi, w["Wv"]), r["M_v"])
-    return x, xi, q, k, v
+    return xi, q, k, v
 
 
 def attention(q, keys, values, n_heads, score_pair, exp_lut):
@@ -104,10 +109,9 @@ def argmax(logits):
 
 
 @dataclass(frozen=True)
-class Trace:
-    """Every intermediate of one decode step (the names of docs/semantics.md)."""
-    tok: int
-    pos: int
+class LayerTrace:
+    """Every intermediate of one layer of a step (the names of docs/semantics.md); ``x`` is the
+    residual stream entering the layer, ``s2`` the one leaving it."""
     x: np.ndarray
     xi: np.ndarray
     q: np.ndarray
@@ -125,23 +129,39 @@ class Trace:
     hid: np.ndarray
     fi: np.ndarray
     s2: np.ndarray
+
+    #: The order in which a layer makes its intermediates, for naming the first that differs.
+    STAGES = ("x", "xi", "q", "k", "v", "scores", "lut_index", "weights", "den", "num", "ctx",
+              "ci", "s1", "hi", "hid", "fi", "s2")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every intermediate of one step: each layer's, then the head's. A one-layer trace also
+    answers its layer's names itself (``trace.q`` for ``trace.layers[0].q``)."""
+    tok: int
+    pos: int
+    layers: tuple
     oi: np.ndarray
     logits: np.ndarray
     next: int
 
-    #: The order in which the step makes its intermediates, for naming the first that differs.
-    STAGES = ("x", "xi", "q", "k", "v", "scores", "lut_index", "weights", "den", "num", "ctx",
-              "ci", "s1", "hi", "hid", "fi", "s2", "oi", "logits", "next")
+    def __getattr__(self, name):
+        if name in LayerTrace.STAGES and len(self.layers) == 1:
+            return getattr(self.layers[0], name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
 
 class Golden:
-    """The reference decoder: a model, its KV cache, and the position of the next step."""
+    """The reference decoder: a model, its KV cache (a pair of tables per layer), and the
+    position of the next step."""
 
     def __init__(self, model):
         self.model = model
         self.bounds = analyse(model)  # refuses a model that could overflow int64
-        self.keys = np.zeros((model.seq_len, model.d_model), dtype=np.int64)
-        self.values = np.zeros((model.seq_len, model.d_model), dtype=np.int64)
+        shape = (model.n_layers, model.seq_len, model.d_model)
+        self.keys = np.zeros(shape, dtype=np.int64)
+        self.values = np.zeros(shape, dtype=np.int64)
         self.pos = 0
 
     def reset(self):
@@ -157,25 +177,32 @@ class Golden:
         pos = self.pos
         if pos >= m.seq_len:
             raise DecodeError(f"position {pos} is past the cache: seq_len is {m.seq_len}")
-        r = m.requant
-        w = m.weights
+        x = m.embed[tok] + m.positions[pos]
+        layers = []
+        for index, layer in enumerate(m.layers):
+            trace = self._layer(index, layer, x, pos)
+            layers.append(trace)
+            x = trace.s2
+        oi = to8(x, m.r_out)
+        logits = matvec(oi, m.head.T)
+        self.pos = pos + 1
+        return Trace(tok, pos, tuple(layers), oi, logits, argmax(logits))
 
-        x, xi, q, k, v = projections(m, tok, pos)
-        self.keys[pos] = k
-        self.values[pos] = v
+    def _layer(self, index, layer, x, pos):
+        """Steps 1–6 of one layer, its residual stream in ``x``; its cache row at ``pos`` written."""
+        m, r, w = self.model, layer.requant, layer.weights
+        xi, q, k, v = _layer_projections(layer, x)
+        self.keys[index, pos] = k
+        self.values[index, pos] = v
         scores, lut_index, weights, den, num, ctx = attention(
-            q, self.keys[:pos + 1], self.values[:pos + 1], m.n_heads, r["M_score"], m.exp_lut)
+            q, self.keys[index, :pos + 1], self.values[index, :pos + 1], m.n_heads, r["M_score"], m.exp_lut)
         ci = to8(ctx.reshape(-1), r["r_ctx"])
         s1 = x + rq(matvec(ci, w["Wo"]), r["M_o"])
         hi = to8(s1, r["r_ffn"])
         hid = rq(matvec(hi, w["W1"]), r["M_h"])
         fi = to8(np.maximum(hid, 0), r["r_hid"])
         s2 = s1 + rq(matvec(fi, w["W2"]), r["M_f"])
-        oi = to8(s2, r["r_out"])
-        logits = matvec(oi, w["Eq"].T)
-        self.pos = pos + 1
-        return Trace(tok, pos, x, xi, q, k, v, scores, lut_index, weights, den, num, ctx,
-                     ci, s1, hi, hid, fi, s2, oi, logits, argmax(logits))
+        return LayerTrace(x, xi, q, k, v, scores, lut_index, weights, den, num, ctx, ci, s1, hi, hid, fi, s2)
 
     def steps(self, prompt, count):
         """The generation of docs/semantics.md from a fresh cache: yield the :class:`Trace` of

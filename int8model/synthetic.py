@@ -35,10 +35,11 @@ def _extreme_pair(rng):
 
 
 def random_model(rng, d_model=32, n_heads=4, d_ff=32, vocab=32, seq_len=32,
-                 nlut=None, extreme=False, tries=50):
-    """A random valid model whose intermediates fit ``int64``, as a :class:`Model`."""
+                 nlut=None, extreme=False, tries=50, n_layers=1):
+    """A random valid model whose intermediates fit ``int64``, as a :class:`Model`; with
+    ``n_layers`` above 1, a deep one (each layer's pairs and matrices drawn alike)."""
     for _ in range(tries):
-        doc = _random_doc(rng, d_model, n_heads, d_ff, vocab, seq_len, nlut, extreme)
+        doc = _random_doc(rng, d_model, n_heads, d_ff, vocab, seq_len, nlut, extreme, n_layers)
         model = from_json(doc)
         try:
             analyse(model)
@@ -48,7 +49,7 @@ def random_model(rng, d_model=32, n_heads=4, d_ff=32, vocab=32, seq_len=32,
     raise RuntimeError("no random model within the 64-bit bounds; loosen the extremes")
 
 
-def _random_doc(rng, d, heads, d_ff, vocab, seq_len, nlut, extreme):
+def _random_doc(rng, d, heads, d_ff, vocab, seq_len, nlut, extreme, n_layers=1):
     def int8(rows, cols):
         if extreme and rng.random() < 0.3:
             return rng.choice([-128, 127, 0], size=rows * cols).tolist()
@@ -63,12 +64,12 @@ def _random_doc(rng, d, heads, d_ff, vocab, seq_len, nlut, extreme):
         "M_o": embed_scale / 64 / np.sqrt(d) / 64, "M_f": embed_scale / 64 / np.sqrt(d_ff) / 64,
         "M_h": 2.0 / np.sqrt(d) / 64, "M_score": 1 / 256,
     }
-    requant = {}
-    for key in REQUANTS:
-        if extreme and rng.random() < 0.4:
-            requant[key] = _extreme_pair(rng)
-        else:
-            requant[key] = _pair(rng, gains[key])
+    def pair(key):
+        return _extreme_pair(rng) if extreme and rng.random() < 0.4 else _pair(rng, gains[key])
+
+    def per_layer(make, key):
+        return make(key) if n_layers == 1 or key in ("r_out", "Eq") else [make(key) for _ in range(n_layers)]
+    requant = {key: per_layer(pair, key) for key in REQUANTS}
     if nlut is None:
         nlut = int(rng.choice([1, 2, 8, 32, 64])) if extreme else int(rng.choice([16, 32, 64]))
     decay = rng.uniform(0.05, 0.5)
@@ -76,12 +77,12 @@ def _random_doc(rng, d, heads, d_ff, vocab, seq_len, nlut, extreme):
     if extreme and rng.random() < 0.5:
         lut = [int(rng.integers(1, 2**20))] + [int(rng.integers(0, 2**20)) for _ in range(nlut - 1)]
     return {
-        "config": {"d_model": d, "n_heads": heads, "d_ff": d_ff, "vocab": vocab, "seq_len": seq_len},
+        "config": {"d_model": d, "n_heads": heads, "d_ff": d_ff, "vocab": vocab, "seq_len": seq_len,
+                   **({"n_layers": n_layers} if n_layers > 1 else {})},
         "requant": requant,
-        "weights_int8": {
-            "Wq": int8(d, d), "Wk": int8(d, d), "Wv": int8(d, d), "Wo": int8(d, d),
-            "W1": int8(d, d_ff), "W2": int8(d_ff, d), "Eq": int8(vocab, d),
-        },
+        "weights_int8": {key: per_layer(lambda _: int8(*shape), key) for key, shape in (
+            ("Wq", (d, d)), ("Wk", (d, d)), ("Wv", (d, d)), ("Wo", (d, d)),
+            ("W1", (d, d_ff)), ("W2", (d_ff, d)), ("Eq", (vocab, d)))},
         "embed_stream": {
             "EinA": rng.integers(-embed_scale, embed_scale, size=vocab * d).tolist(),
             "PinA": rng.integers(-embed_scale // 4, embed_scale // 4, size=seq_len * d).tolist(),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from int8model import ModelError, load, loads
-from int8model.format import from_json
+from int8model.format import LAYER_REQUANTS, LAYER_WEIGHTS, from_json
 from int8model.synthetic import random_model
 
 SHIPPED = "models/zen32.json"
@@ -151,3 +151,50 @@ def test_shipped_model_round_trips(tmp_path):
     copy_ = load(tmp_path / "copy.json")
     assert copy_.sha256 == model.sha256
     assert copy_.tokenizer == model.tokenizer
+
+
+@pytest.fixture(scope="module")
+def deep_doc():
+    return random_model(np.random.default_rng(8), 8, 2, 12, 6, 5, n_layers=3).to_json()
+
+
+def test_a_deep_model_has_its_layers(deep_doc):
+    model = from_json(deep_doc)
+    assert model.n_layers == 3 and model.shape["n_layers"] == 3
+    assert [layer.weights["W1"].shape for layer in model.layers] == [(8, 12)] * 3
+    assert model.layers[2].requant["M_q"] == tuple(deep_doc["requant"]["M_q"][2])
+    assert model.head.shape == (6, 8) and model.r_out == tuple(deep_doc["requant"]["r_out"])
+    with pytest.raises(ModelError, match="by layer"):
+        model.requant  # a deep model's pairs are its layers'
+    assert from_json(json.loads(json.dumps(model.to_json()))).sha256 == model.sha256
+
+
+def test_a_one_layer_model_is_the_same_in_either_spelling(doc):
+    """With ``n_layers`` 1 and a list of one for each per-layer key, or in the seed's spelling:
+    the same model, the same identity; the shipped model's identity is the one it always had."""
+    deep = copy.deepcopy(doc)
+    deep["config"]["n_layers"] = 1
+    for key in LAYER_REQUANTS:
+        deep["requant"][key] = [deep["requant"][key]]
+    for key in LAYER_WEIGHTS:
+        deep["weights_int8"][key] = [deep["weights_int8"][key]]
+    assert from_json(deep).sha256 == from_json(doc).sha256
+    assert from_json(deep).to_json() == from_json(doc).to_json()
+    shipped = load(SHIPPED)
+    assert shipped.sha256 == "855441e4e2bf2d0c7cecec56aef205de8b8625c834a68d12d46d5a299e7e7fbc"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["requant"]["M_q"].pop(), r"requant.M_q holds 2 \[M, S\] pairs, expected 3 \(config.n_layers is 3\)"),
+    (lambda d: d["requant"].__setitem__("M_k", [3, 4]), r"requant.M_k must be a list of 3 \[M, S\] pairs, one per layer"),
+    (lambda d: d["weights_int8"]["W1"][2].__setitem__(17, 300),
+     r"weights_int8.W1\[layer 2\]\[17\] is 300, outside the int8 range"),
+    (lambda d: d["weights_int8"].__setitem__("Wo", d["weights_int8"]["Wo"][0]),
+     "weights_int8.Wo must be a list of 3 arrays, one per layer"),
+    (lambda d: d["weights_int8"]["W2"][1].pop(), r"weights_int8.W2\[layer 1\] holds 95 values, expected 96"),
+    (lambda d: d["requant"]["r_hid"][1].__setitem__(1, 64), r"requant.r_hid\[layer 1\]'s shift 64 is outside 0..63"),
+    (lambda d: d["config"].__setitem__("n_layers", 0), "config.n_layers is 0, not a positive integer"),
+    (lambda d: d["config"].__setitem__("n_layers", 2), r"holds 3 .*, expected 2 \(config.n_layers is 2\)"),
+])
+def test_bad_deep_files_name_the_key_and_the_layer(deep_doc, change, message):
+    refuse(deep_doc, change, message)

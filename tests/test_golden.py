@@ -112,3 +112,32 @@ def test_reset_forgets_previous_sequence():
     first = [t.next for t in golden.generate([1, 2, 3], 5)]
     list(golden.generate([7, 6, 5, 4], 5))
     assert [t.next for t in golden.generate([1, 2, 3], 5)] == first
+
+
+@pytest.mark.parametrize("n_layers, shape", [(2, (8, 2, 12, 5, 10)), (3, (16, 4, 24, 20, 12)), (4, (8, 1, 8, 8, 8))])
+@pytest.mark.parametrize("extreme", [False, True])
+def test_deep_models_match_the_reference(n_layers, shape, extreme):
+    """L layers of the same step, each with its own pairs, matrices and cache, the residual
+    stream carried on between them unclamped: the golden model against the reference's reading
+    of the deep file, layer by layer."""
+    rng = np.random.default_rng(100 * n_layers + extreme)
+    for _ in range(6):
+        model = random_model(rng, *shape, extreme=extreme, n_layers=n_layers)
+        assert model.n_layers == n_layers
+        prompt = rng.integers(0, shape[3], size=int(rng.integers(1, shape[4] + 1))).tolist()
+        run_both(model, prompt)
+
+
+def test_a_deep_trace_gives_every_layers_intermediates():
+    model = random_model(np.random.default_rng(5), 8, 2, 12, 5, 10, n_layers=3)
+    golden = Golden(model)
+    first, second = golden.step(1), golden.step(2)
+    assert len(second.layers) == 3
+    for below, above in zip(second.layers, second.layers[1:]):
+        assert above.x.tolist() == below.s2.tolist()  # the residual stream, unclamped
+    assert second.layers[0].x.tolist() == (model.embed[2] + model.positions[1]).tolist()
+    # Each layer has its own cache: its rows are its own k and v.
+    assert golden.keys[1, 0].tolist() == first.layers[1].k.tolist()
+    assert golden.values[2, 1].tolist() == second.layers[2].v.tolist()
+    with pytest.raises(AttributeError):
+        second.q  # a deep trace's names are its layers'
