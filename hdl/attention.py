@@ -1,4 +1,4 @@
-from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -67,7 +67,7 @@ class Attention(wiring.Component):
         self.plan = plan
         self.d_model, self.n_heads, self.seq_len = plan.d_model, plan.n_heads, plan.seq_len
         self.ways, self.rows, self.groups, self.head_dim = plan.ways, plan.rows, plan.groups, plan.head_dim
-        self.score_rule, self.ctx_rule, self.ctx_requant = plan.score_rule, plan.ctx_rule, plan.ctx_requant
+        self.score_rule, self.ctx_requant = plan.score_rule, plan.ctx_requant
         self.score_bits, self.gap_bits, self.weight_bits = plan.score_bits, plan.gap_bits, plan.weight_bits
         self.gap_operand_bits, self.gap_stages, self.operand_bits = plan.gap_operand_bits, plan.gap_stages, plan.operand_bits
         self.exp_spread = plan.exp_spread
@@ -77,9 +77,11 @@ class Attention(wiring.Component):
         self.exp_entries = list(exp_entries) if exp_entries is not None else [0] * plan.exp_depth
         if len(self.exp_entries) != plan.exp_depth:
             raise ValueError(f"{len(self.exp_entries)} exp table entries, the plan reads {plan.exp_depth}")
+        self.layers = plan.layers
+        layer = {} if self.layers == 1 else {"layer": range(self.layers)}
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
-                "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len)}))),
+                "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len), **layer}))),
             "cache": Out(CacheRead(plan.cache)),
             "keys_ready": In(1),
             "values_ready": In(1),
@@ -92,6 +94,7 @@ class Attention(wiring.Component):
             "values": data.ArrayLayout(signed(plan.ctx_bits), plan.ways),
             "count": range(plan.ways + 1),
             "last": 1,
+            **({} if plan.layers == 1 else {"layer": range(plan.layers)}),
         })
 
     def elaborate(self, platform):
@@ -102,6 +105,12 @@ class Attention(wiring.Component):
         plan = self.plan
 
         q = Signal(data.ArrayLayout(signed(8), d))
+        # A deep model's query brings its layer: its cache rows, its M_score, its r_ctx.
+        layer = Signal(range(self.layers))
+        score_multiplier = Signal(signed(plan.score_multiplier_bits))
+        if self.layers > 1:
+            m.d.comb += score_multiplier.eq(Array(Const(r.multiplier, signed(plan.score_multiplier_bits))
+                                                  for r in plan.score_rules)[layer])
         pos = Signal(range(self.seq_len))
         group = Signal(range(self.groups))  # the group of rows being issued (0 while idle)
         next_group = Signal.like(group)  # what `group` holds next cycle
@@ -259,7 +268,8 @@ class Attention(wiring.Component):
                 m.d.sync += gap.eq(peak[g] - score_data[r][g])
                 clamped_gap = Signal(unsigned(k), name=f"clamped_gap{r}_{g}")
                 m.d.comb += clamped_gap.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
-                multiplier = self.score_rule.multiplier
+                # A layer's M_score: a constant, or, for a deep model, the query's layer's.
+                multiplier = self.score_rule.multiplier if self.layers == 1 else score_multiplier
                 if self.gap_stages == 1:
                     # The clamped gap goes into the multiplier's own operand register: the
                     # route from the score memory then ends in the DSP block, and only the
@@ -270,7 +280,8 @@ class Attention(wiring.Component):
                     operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
                     m.d.sync += operand.eq(clamped_gap)
                     scaled = split_product(m, operand, multiplier, 1, plan.scaled_bound.bits, f"scaled{r}_{g}")
-                index = scaled >> rule.shift
+                index = scaled >> rule.shift if self.layers == 1 else \
+                    Array(scaled >> r.shift for r in plan.score_rules)[layer]
                 lut_index = Signal(range(len(entries)), name=f"lut_index{r}_{g}")
                 if self.exp_spread:
                     m.d.comb += lut_index.eq(index)
@@ -287,6 +298,8 @@ class Attention(wiring.Component):
         # reach the multipliers' operand registers two cycles after their issue. V rows come
         # in step with the LUT's entries.
         m.d.sync += self.cache.group.eq(Mux(scoring, next_group, w_group[lut_stage - 3]))
+        if self.layers > 1:
+            m.d.comb += self.cache.layer.eq(layer)
         for r in range(rows):
             for e in range(d):
                 select = operand_scoring[e // self.SELECT_COLUMNS]
@@ -340,7 +353,8 @@ class Attention(wiring.Component):
                 # the enable is the shift's register, not the state's decode.
                 m.d.sync += column_dens[e].eq(den[e // hd])
         column = Signal(range(d + ways))
-        word = data.StructLayout({"count": range(ways + 1), "last": 1})
+        word = data.StructLayout({"count": range(ways + 1), "last": 1,
+                                  **({} if self.layers == 1 else {"layer": range(self.layers)})})
         m.submodules.context = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
         wiring.connect(m, queue.o, wiring.flipped(self.o))
         dividing = Signal()
@@ -351,6 +365,7 @@ class Attention(wiring.Component):
             out = divider.o
             m.d.comb += [
                 divider.i.valid.eq(dividing),
+                *([divider.i.payload.layer.eq(layer)] if divider.layers > 1 else []),
                 divider.i.payload.num.eq(num[k] if k < d else 0),
                 divider.i.payload.den.eq(column_dens[min(k, d - 1)]),
                 queue.i.payload.values[k].eq(out.payload.value),
@@ -364,6 +379,8 @@ class Attention(wiring.Component):
                     queue.i.valid.eq(out.valid),
                     queue.i.payload.count.eq(out.payload.tag.count),
                     queue.i.payload.last.eq(out.payload.tag.last),
+                    *([divider.i.payload.tag.layer.eq(layer), queue.i.payload.layer.eq(out.payload.tag.layer)]
+                      if self.layers > 1 else []),
                 ]
         # The words of a context still in the dividers or the queue.
         pending = Signal(range(words + 1))
@@ -374,6 +391,8 @@ class Attention(wiring.Component):
         # enable is then one register, not the state decode and the input's valid.
         with m.If(idle):
             m.d.sync += q.eq(self.i.payload.q)
+            if self.layers > 1:
+                m.d.sync += layer.eq(self.i.payload.layer)
 
         with m.FSM():
             with m.State("IDLE"):

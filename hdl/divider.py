@@ -25,15 +25,16 @@ class FloorDivider(wiring.Component):
     ----------
     plan : :class:`plan.requant.DividerPlan`
         The numerator's, denominator's and quotient's bounds, the offset, the quotient bits
-        and ``bits_per_stage``, and the ``rule``: where given, ``value`` is the rule applied to
+        and ``bits_per_stage``, and the ``rules``: where given, ``value`` is the rule applied to
         the quotient (attention's ``r_ctx``), at no cost in cycles: the last stage looks up the
         rule's result for each digit it may find, from the quotient's bits found before it (a
-        table of constants beside the trials), and selects it with the digit.
+        table of constants beside the trials), and selects it with the digit. With a rule per
+        layer (a deep model's), each division brings its ``layer``, which chooses the rule.
     tag_shape : shape-like, carried unchanged alongside.
 
     Ports
     -----
-    i : ``In(stream.Signature(StructLayout({"num", "den", "tag"})))``
+    i : ``In(stream.Signature(StructLayout({"num", "den", "tag"})))``, and ``layer`` with a rule per layer
     o : ``Out(stream.Signature(StructLayout({"value", "tag"})))``
         ``value`` is the quotient (or the rule's result on it).
 
@@ -45,9 +46,11 @@ class FloorDivider(wiring.Component):
     def __init__(self, plan, *, tag_shape=unsigned(0)):
         self.plan = plan
         self.tag_shape = tag_shape
+        self.layers = len(plan.rules) if plan.rules is not None else 1
+        layer = {} if self.layers == 1 else {"layer": range(self.layers)}
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
-                "num": signed(plan.num_bound.bits), "den": signed(plan.den_bound.bits), "tag": tag_shape}))),
+                "num": signed(plan.num_bound.bits), "den": signed(plan.den_bound.bits), "tag": tag_shape, **layer}))),
             "o": Out(stream.Signature(data.StructLayout({
                 "value": signed(plan.value_bound.bits), "tag": tag_shape}))),
         })
@@ -82,26 +85,31 @@ class FloorDivider(wiring.Component):
             "valid": 1, "rem": signed(self.plan.rem_bits + 1),
             "multiples": data.ArrayLayout(signed(multiple_bits), len(digits)),
             "quotient": unsigned(self.plan.steps), "tag": self.tag_shape,
-            **({} if self.plan.rule is None else {"value": signed(self.plan.value_bound.bits)})})
+            **({} if self.layers == 1 else {"layer": range(self.layers)}),
+            **({} if self.plan.rules is None else {"value": signed(self.plan.value_bound.bits)})})
         bits = list(reversed(range(self.plan.steps)))
         groups = [bits[at:at + self.plan.bits_per_stage] for at in range(0, len(bits), self.plan.bits_per_stage)]
 
         def results(source, width):
             """For the last stage, for each digit c: the rule's result on the quotient with that
             digit, a table indexed by the quotient's bits found before (``source.quotient``
-            holds no others)."""
+            holds no others); with a rule per layer, the division's layer's."""
+            bits = signed(self.plan.value_bound.bits)
             values = []
             for c in range(1 << width):
-                table = []
-                for high in range(1 << (self.plan.steps - width)):
-                    quotient = (high << width | c) + self.plan.offset
-                    if self.plan.quotient_bound.lo <= quotient <= self.plan.quotient_bound.hi:
-                        table.append(self.plan.rule.apply(quotient))
-                    else:
-                        table.append(0)  # a quotient outside its bound is never found
-                known = source.quotient[width:]
-                values.append(Array(Const(v, signed(self.plan.value_bound.bits)) for v in table)[known]
-                              if self.plan.steps > width else Const(table[0], signed(self.plan.value_bound.bits)))
+                per_layer = []
+                for rule in self.plan.rules:
+                    table = []
+                    for high in range(1 << (self.plan.steps - width)):
+                        quotient = (high << width | c) + self.plan.offset
+                        if self.plan.quotient_bound.lo <= quotient <= self.plan.quotient_bound.hi:
+                            table.append(rule.apply(quotient))
+                        else:
+                            table.append(0)  # a quotient outside its bound is never found
+                    known = source.quotient[width:]
+                    per_layer.append(Array(Const(v, bits) for v in table)[known]
+                                     if self.plan.steps > width else Const(table[0], bits))
+                values.append(per_layer[0] if self.layers == 1 else Array(per_layer)[source.layer])
             return values
 
         def digit_stage(group, trials, source, multiples):
@@ -109,7 +117,7 @@ class FloorDivider(wiring.Component):
             (rem − c · 2^low · den, for rem < 2^(low + width) · den) is not negative; the
             last also the rule's result, where there is a rule."""
             low = group[-1]
-            applies_rule = low == 0 and self.plan.rule is not None  # the last stage, with a rule
+            applies_rule = low == 0 and self.plan.rules is not None  # the last stage, with a rule
             # A trial fits where its sign bit is clear (not a comparison with 0, which Yosys
             # builds as a second carry chain after the subtraction's).
             fits = [~trial[-1] for trial in trials]
@@ -129,6 +137,8 @@ class FloorDivider(wiring.Component):
                 m.d.sync += [after.valid.eq(source.valid), after.rem.eq(rem),
                              *(after.multiples[c - 1].eq(multiple) for c, multiple in zip(digits, multiples)),
                              after.quotient.eq(source.quotient | (digit << low)), after.tag.eq(source.tag)]
+                if self.layers > 1:
+                    m.d.sync += after.layer.eq(source.layer)
                 if applies_rule:
                     m.d.sync += after.value.eq(value)
             return after
@@ -136,6 +146,8 @@ class FloorDivider(wiring.Component):
         offset = -self.plan.offset
         entry = Signal(stage, name="entry")  # the input, as a stage (not registered)
         m.d.comb += [entry.valid.eq(self.i.valid), entry.quotient.eq(0), entry.tag.eq(self.i.payload.tag)]
+        if self.layers > 1:
+            m.d.comb += entry.layer.eq(self.i.payload.layer)
         if self.plan.fused:
             previous = digit_stage(groups[0], [plus_times(self.i.payload.num, k) for k in self.plan.first_trials], entry,
                                    [times(c) for c in digits])
@@ -146,13 +158,15 @@ class FloorDivider(wiring.Component):
                 m.d.sync += [previous.valid.eq(self.i.valid), previous.rem.eq(plus_times(self.i.payload.num, offset)),
                              *(previous.multiples[c - 1].eq(times(c)) for c in digits),
                              previous.quotient.eq(0), previous.tag.eq(self.i.payload.tag)]
+                if self.layers > 1:
+                    m.d.sync += previous.layer.eq(self.i.payload.layer)
         for group in groups:
             trials = [previous.rem] + [previous.rem - (previous.multiples[c - 1] << group[-1])
                                        for c in range(1, 1 << len(group))]
             previous = digit_stage(group, trials, previous, [previous.multiples[c - 1] for c in digits])
         m.d.comb += [
             out.i.valid.eq(previous.valid),
-            out.i.payload.value.eq(previous.quotient + self.plan.offset if self.plan.rule is None else previous.value),
+            out.i.payload.value.eq(previous.quotient + self.plan.offset if self.plan.rules is None else previous.value),
             out.i.payload.tag.eq(previous.tag),
         ]
         return m

@@ -1,7 +1,7 @@
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 
-from plan.schedule import MATRICES, STAGES, Matrix, Stage
+from plan.schedule import LAYER_MATRICES, MATRICES, Matrix, Stage, matrix_index
 
 from .argmax import ArgMax
 from .attention import Attention
@@ -92,6 +92,7 @@ class Engine(wiring.Component):
         m.d.comb += [
             self.status.eq(sequencer.status),
             qkv.ahead.eq(sequencer.ahead),
+            qkv.next_layer.eq(sequencer.next_layer),
             sequencer.have_q.eq(qkv.have_q), sequencer.have_k.eq(qkv.have_k), sequencer.have_v.eq(qkv.have_v),
             # The cache row and the query: q, k and v as the source has them, at the step's position.
             cache.write.valid.eq(sequencer.cache_write),
@@ -105,6 +106,8 @@ class Engine(wiring.Component):
             attention.keys_ready.eq(sequencer.keys_ready),
             attention.values_ready.eq(sequencer.values_ready),
         ]
+        if plan.model.n_layers > 1:  # the layer's own cache rows, M_score and r_ctx
+            m.d.comb += [cache.write.payload.layer.eq(sequencer.layer), attention.i.payload.layer.eq(sequencer.layer)]
         self._probes(m)
 
         # -- Into the epilogues: the embedding's words (first), or the lanes' sums, through a
@@ -126,21 +129,25 @@ class Engine(wiring.Component):
         # -- Out of the epilogues: a word whose stage goes to no product (q, k, v, or xi where
         # it comes from a table) to the q, k, v source, which always takes it; any other into
         # the lanes' input, after attention's context and the xi table's words.
-        stage = epilogues[0].o.payload.select
-        collected = Cat(stage == s.stage for s in plan.stages if s.output != "lanes").any()
+        select = epilogues[0].o.payload.select
+        collected = Cat(select == s.select for s in plan.all_stages if s.output != "lanes").any()
         for k, epilogue in enumerate(epilogues):
             m.d.comb += qkv.collect.payload[k].eq(epilogue.o.payload)
         m.d.comb += qkv.collect.valid.eq(epilogues[0].o.valid & collected)
         feed_shape = self.feed.i.payload.shape()
         m.submodules.into_lanes = into_lanes = PriorityMux(feed_shape, 3)
+        layers = plan.model.n_layers
         context = mapped(m, attention.o, feed_shape, lambda source, word: [
-            word.matrix.eq(Matrix.WO), *(word.values[k].eq(source.values[k]) for k in range(ways))])
+            # Into the WO product of the layer whose context it is.
+            word.matrix.eq(Matrix.WO if layers == 1 else
+                           Array(Const(matrix_index(layer, Matrix.WO)) for layer in range(layers))[source.layer]),
+            *(word.values[k].eq(source.values[k]) for k in range(ways))])
         wiring.connect(m, context, into_lanes.i[0])
         wiring.connect(m, qkv.xi, into_lanes.i[1])
-        next_matrix = Array(Const(step.feeds or 0) for step in STAGES)
+        next_matrix = Array(Const(s.feeds or 0) for s in plan.all_stages)
         m.d.comb += [
             into_lanes.i[2].valid.eq(epilogues[0].o.valid & ~collected),
-            into_lanes.i[2].payload.matrix.eq(next_matrix[stage]),
+            into_lanes.i[2].payload.matrix.eq(next_matrix[select]),
             *(into_lanes.i[2].payload.values[k].eq(epilogue.o.payload.value) for k, epilogue in enumerate(epilogues)),
             *(epilogue.o.ready.eq(collected | into_lanes.i[2].ready) for epilogue in epilogues),
         ]
@@ -155,10 +162,12 @@ class Engine(wiring.Component):
 
     def _lanes_words(self, product, word):
         """The lanes' sums as the epilogues take them: each element with its stage (the
-        matrix's, or, for QKV, Q, K or V by column), its column and its stage's multiplier. An
-        element past its vector only fills the word, and goes to the epilogues' scratch column."""
+        matrix's, or, for QKV, Q, K or V by column; a deep model's, of the matrix's layer), its
+        column and its stage's multiplier. An element past its vector only fills the word, and
+        goes to the epilogues' scratch column."""
         plan = self.plan
-        d, ways = plan.model.d_model, plan.shape.ways
+        d, ways, layers = plan.model.d_model, plan.shape.ways, plan.model.n_layers
+        qkv_matrices = [matrix_index(layer, Matrix.QKV) for layer in range(layers)]
         ways_bits = (ways - 1).bit_length()
         out = []
         for k in range(ways):
@@ -173,9 +182,15 @@ class Engine(wiring.Component):
             else:
                 qkv_stage = Mux(column < d, Stage.Q, Mux(column < 2 * d, Stage.K, Stage.V))
                 qkv_column = Mux(column < d, column, Mux(column < 2 * d, column - d, column - 2 * d))
-                tag = Mux(product.matrix == Matrix.QKV, qkv_column, column)
+                qkv = product.matrix == Matrix.QKV if layers == 1 else product.matrix.matches(*qkv_matrices)
+                tag = Mux(qkv, qkv_column, column)
+            entries = []
+            for layer in range(layers):
+                first = len(Stage) * layer  # the layer's first select
+                entries.append(first + qkv_stage if first else qkv_stage)
+                entries += [first + step.sums_to for step in MATRICES[1:LAYER_MATRICES]]
             # HEAD's sums leave a group at once on `w`, never here: its entry only fills the table.
-            stage_of = Array([qkv_stage] + [step.sums_to or Stage.F for step in MATRICES[1:]])
+            stage_of = Array(entries + [Stage.F])
             out += [
                 word[k].value.eq(product.acc[k]),
                 word[k].select.eq(stage_of[product.matrix]),

@@ -13,7 +13,8 @@ __all__ = ["Epilogue"]
 class Epilogue(wiring.Component):
     """Everything between one matrix product and the next: requant and residual, requant.
 
-    A value enters with its :class:`Stage` (``select``) and column (``tag``) and leaves as the
+    A value enters with its :class:`Stage` (``select``: of a deep model's layer l, ``7 · l +``
+    its stage, :attr:`plan.schedule.StagePlan.select`) and column (``tag``) and leaves as the
     int8 input of the next product (or a q, k, v element), after two requants in a chain:
 
     1. :class:`Requant` by the stage's multiplier (``M_q`` … ``M_f``; ReLU for ``M_h``),
@@ -62,7 +63,7 @@ class Epilogue(wiring.Component):
         self.last = Requant(plan.last, tag_shape=range(plan.columns))
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
-                "value": signed(plan.first.in_bits), "tag": range(plan.columns), "select": range(len(Stage)),
+                "value": signed(plan.first.in_bits), "tag": range(plan.columns), "select": range(plan.selects),
                 "multiplier": signed(plan.first.multiplier_bits)}))),
             "o": Out(self.last.o.signature),
         })

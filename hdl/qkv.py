@@ -21,6 +21,9 @@ class QKVSource(wiring.Signature):
     ahead : ``In(StructLayout({"valid", "token", "position"}))``
         While ``valid``, the step that will follow (while the head finds its token): a table
         reads its row ahead.
+    next_layer : ``In(1)``
+        A deep model's layer has taken its q, k and v: the next layer's come (the source
+        forgets that it has them).
     collect : ``In(stream.Signature(ArrayLayout(StructLayout({"value", "tag", "select"}), ways)))``
         The epilogues' words that go to no product (always ready): q, k and v made by the QKV
         product, one word of ``ways`` elements at a time, element k at column ``tag``.
@@ -40,6 +43,7 @@ class QKVSource(wiring.Signature):
             "ahead": In(data.StructLayout({
                 "valid": 1, "token": range(plan.model.vocab), "position": range(plan.model.seq_len + 1)})),
             "collect": In(stream.Signature(data.ArrayLayout(collected_layout, plan.shape.ways))),
+            "next_layer": In(1),
             "xi": Out(stream.Signature(lanes_input_layout)),
             "q": Out(vector), "k": Out(vector), "v": Out(vector),
             "have_q": Out(1), "have_k": Out(1), "have_v": Out(1),
@@ -110,8 +114,10 @@ class QKVComputed(wiring.Component):
             self._xi(m)
 
         # Registered, then decoded into registered write enables, one per element of q, k and
-        # v: the decode's fan-out to all of them starts from registers, and ends in one.
+        # v: the decode's fan-out to all of them starts from registers, and ends in one. A
+        # word's stage is the epilogue's select: a deep model's layers each have a Q, K and V.
         vectors = ((Stage.Q, self.q, self.have_q), (Stage.K, self.k, self.have_k), (Stage.V, self.v, self.have_v))
+        layers = plan.model.n_layers
         for way in range(ways):
             element = self.collect.payload[way]
             out = Signal.like(element, name=f"collect{way}")
@@ -120,7 +126,8 @@ class QKVComputed(wiring.Component):
             value = Signal(signed(8), name=f"collect{way}_value")
             m.d.sync += value.eq(out.value)
             for stage, target, complete in vectors:
-                ours = arrived & (out.select == stage)
+                ours = arrived & (out.select == stage if layers == 1 else
+                                  out.select.matches(*(len(Stage) * layer + stage for layer in range(layers))))
                 write = Signal(d, name=f"collect{way}_{stage.name.lower()}_write")
                 last = Signal(name=f"collect{way}_{stage.name.lower()}_last")
                 m.d.sync += [write.eq(Mux(ours, 1 << out.tag, 0)), last.eq(ours & (out.tag == d - 1))]
@@ -129,7 +136,7 @@ class QKVComputed(wiring.Component):
                         m.d.sync += target[e].eq(value)
                 with m.If(last):
                     m.d.sync += complete.eq(1)
-        with m.If(self.start.valid):
+        with m.If(self.start.valid | self.next_layer):
             m.d.sync += [self.have_q.eq(0), self.have_k.eq(0), self.have_v.eq(0)]
         return m
 

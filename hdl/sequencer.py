@@ -11,10 +11,11 @@ class Sequencer(wiring.Component):
     """The engine's sequencer: commands in, steps started and ended, tokens out, status.
 
     A step starts the embedding (unless its q, k and v come from a table and it is a prefill
-    step: it then needs no x) and the q, k, v source; attention starts as soon as q is
-    complete, the cache row is written as K, then V, are (a row is written whole: again once V
-    is there), and the step ends when the head's arg-max gives the next token, or, for a
-    prefill step, once its cache row is written. ``GENERATE`` feeds each token back and starts
+    step: it then needs no x) and the q, k, v source; in each layer, attention starts as soon as
+    q is complete, the cache row is written as K, then V, are (a row is written whole: again
+    once V is there), and the next layer waits for its q; the step ends when the head's arg-max
+    gives the next token, or, for a prefill step, once the last layer's cache row is written
+    (every layer below it runs whole: the next one's row needs its output). ``GENERATE`` feeds each token back and starts
     the next step at once; the token waits in an output register.
 
     Parameters
@@ -39,6 +40,8 @@ class Sequencer(wiring.Component):
     head : ``In(stream.Signature(range(vocab)))``
         The arg-max's token.
     pos : ``Out(range(seq_len + 1))``, the position of the step.
+    layer : ``Out(range(n_layers))``, the layer whose cache row and query are at hand.
+    next_layer : ``Out(1)``, the layer's q, k and v are taken: the source's next are the next layer's.
     """
 
     def __init__(self, plan):
@@ -58,6 +61,8 @@ class Sequencer(wiring.Component):
             "keys_ready": Out(1), "values_ready": Out(1),
             "head": In(stream.Signature(range(model.vocab))),
             "pos": Out(range(model.seq_len + 1)),
+            "layer": Out(range(model.n_layers)),
+            "next_layer": Out(1),
         })
 
     def elaborate(self, platform):
@@ -65,8 +70,11 @@ class Sequencer(wiring.Component):
         model = self.plan.model
         vocab, seq_len = model.vocab, model.seq_len
         table = self.plan.qkv.table
+        layers = model.n_layers
 
         pos = Signal(range(seq_len + 1))
+        layer = Signal(range(layers))
+        top = layer == layers - 1  # the last layer
         next_token = Signal(8)
         have_next = Signal()
         remaining = Signal.like(self.cmd.payload.arg)
@@ -81,9 +89,10 @@ class Sequencer(wiring.Component):
         # While the head runs, a table is addressed with the step that would follow it: the
         # arg-max's token at pos + 1. A generated step then finds its row read as it starts.
         heading = Signal()
-        following = Signal.like(pos)  # pos + 1, while heading
+        following = Signal.like(pos)  # pos + 1, from the cache row's write to the step's end
         m.d.comb += [
             self.pos.eq(pos),
+            self.layer.eq(layer),
             self.status.pos.eq(pos),
             self.status.error.eq(error),
             self.status.busy.eq(busy),
@@ -113,6 +122,8 @@ class Sequencer(wiring.Component):
         def start_step(token, position, prefill=False, addressed=False):
             # `addressed`: the table's read port was given this step's address in this cycle.
             m.d.sync += [cycles.eq(1), keys_ready.eq(0), values_ready.eq(0), prefilling.eq(prefill)]
+            if layers > 1:
+                m.d.sync += layer.eq(0)
             m.d.comb += [
                 self.qkv_start.valid.eq(1), self.qkv_start.payload.token.eq(token),
                 self.qkv_start.payload.position.eq(position), self.qkv_start.payload.addressed.eq(addressed),
@@ -122,10 +133,19 @@ class Sequencer(wiring.Component):
             ]
 
         def row_written():
-            # The cache row is complete: the head follows, and a table is addressed with the
-            # step after it.
-            m.d.sync += [values_ready.eq(1), heading.eq(1), following.eq(pos + 1)]
-            m.next = "HEAD"
+            # The cache row is complete: the next layer waits for its q, or the head follows,
+            # and a table is addressed with the step after it.
+            m.d.sync += [values_ready.eq(1), following.eq(pos + 1)]
+            if layers == 1:
+                m.d.sync += heading.eq(1)
+                m.next = "HEAD"
+            else:
+                with m.If(top):
+                    m.next = "HEAD"
+                with m.Else():
+                    m.d.sync += layer.eq(layer + 1)
+                    m.d.comb += self.next_layer.eq(1)
+                    m.next = "STEP"
 
         def end_step():
             m.d.sync += [last_cycles.eq(cycles), pos.eq(pos + 1), steps.eq(steps + 1)]
@@ -174,7 +194,7 @@ class Sequencer(wiring.Component):
                             m.d.sync += [remaining.eq(arg - 1), busy.eq(1), generating.eq(1)]
                             m.next = "EMIT_FIRST"
             with m.State("STEP"):
-                with m.If(prefilling):
+                with m.If(prefilling & top):
                     # V comes last: with it the row is complete, nothing in flight.
                     with m.If(self.have_v):
                         m.next = "PREFILL_ROW"
@@ -182,6 +202,9 @@ class Sequencer(wiring.Component):
                     # Attention starts as soon as q is complete.
                     m.d.comb += self.query_valid.eq(self.have_q)
                     with m.If(self.have_q & self.query_ready):
+                        if layers > 1:
+                            # Attention is done with the layer below: its cache row flags start afresh.
+                            m.d.sync += [keys_ready.eq(0), values_ready.eq(0)]
                         if table:
                             # K[pos] and V[pos] came with q: the row is written as attention takes
                             # q, and attention may read it from the next cycle.
@@ -226,7 +249,8 @@ class Sequencer(wiring.Component):
                     m.d.sync += [next_token.eq(self.head.payload), have_next.eq(1), heading.eq(0)]
                     end_step()
                     with m.If(generating):
-                        emit_then_step(self.head.payload, pos + 1, addressed=table)
+                        # The next step's position from a register, not through an adder.
+                        emit_then_step(self.head.payload, following, addressed=table)
                     with m.Else():
                         m.d.sync += busy.eq(0)
                         m.next = "IDLE"

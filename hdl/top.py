@@ -47,7 +47,7 @@ class DeviceTop(wiring.Component):
         self.engine = Engine(plan, contents)
         model, shape = plan.model, plan.shape
         self.ident = Ident(model.sha256, model.d_model, model.n_heads, model.d_ff, model.vocab, model.seq_len,
-                           shape.lanes, int(clock_hz), int(baud), shape.ways, shape.lut_ways)
+                           model.n_layers, shape.lanes, int(clock_hz), int(baud), shape.ways, shape.lut_ways)
         self.protocol = CommandProtocol(seq_len=model.seq_len, vocab=model.vocab, ident=self.ident.pack(),
                                         timeout=round(frame_timeout * clock_hz))
         self.uart = UART(self.divisor)

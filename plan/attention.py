@@ -5,8 +5,9 @@ from dataclasses import dataclass
 
 from int8model.bounds import Bound
 
-from .arithmetic import Rule, constant_product_terms, product_multipliers, saturating_gap
-from .requant import DividerPlan, divider_plan
+from .arithmetic import Rule, constant_product_terms, multiplier_bits, product_multipliers, product_terms, \
+    saturating_gap
+from .requant import DividerPlan, divider_plan, union
 from .units import CachePlan
 
 __all__ = ["AttentionPlan", "attention_plan", "exp_entries"]
@@ -15,20 +16,21 @@ __all__ = ["AttentionPlan", "attention_plan", "exp_entries"]
 @dataclass(frozen=True)
 class AttentionPlan:
     """LUT-softmax attention (:class:`hdl.attention.Attention`) over a cache of ``seq_len`` rows,
-    ``rows`` a cycle (``groups`` groups of rows), ``ways`` context columns a cycle.
+    ``rows`` a cycle (``groups`` groups of rows), ``ways`` context columns a cycle, for each of
+    ``layers`` layers (its own ``M_score`` and ``r_ctx`` in ``score_rules`` and ``ctx_rules``).
 
-    The gap from a head's maximum score is clamped to ``gap_operand_bits`` (where the LUT index
-    stops changing), times ``M_score`` in ``gap_stages`` cycles; the exp table is read as
-    ``exp_depth`` entries (spread: its last entry repeated to every index a clamped gap gives,
-    so that no clamp lies between the product and the table). ``ctx_requant``: ``r_ctx``
-    changes the context, and the divider applies it."""
+    The gap from a head's maximum score is clamped to ``gap_operand_bits`` (where no layer's
+    LUT index changes any more), times ``M_score`` in ``gap_stages`` cycles; the exp table is
+    read as ``exp_depth`` entries (spread: its last entry repeated to every index a clamped gap
+    gives, so that no clamp lies between the product and the table). ``ctx_requant``: some
+    layer's ``r_ctx`` changes the context, and the divider applies it."""
     d_model: int
     n_heads: int
     seq_len: int
     ways: int
     rows: int
-    score_rule: Rule
-    ctx_rule: Rule
+    score_rules: tuple
+    ctx_rules: tuple
     ctx_requant: bool
     q_bound: Bound
     score_bound: Bound
@@ -51,6 +53,15 @@ class AttentionPlan:
     # The most entries the exp table is spread over (a DP16KD's depth at 16 bits), past its own:
     # an extreme M_score maps the few clamped gaps onto millions of indices.
     SPREAD_ENTRIES = 1024
+
+    @property
+    def layers(self):
+        return len(self.score_rules)
+
+    @property
+    def score_rule(self):
+        """A one-layer model's ``M_score``."""
+        return self.score_rules[0]
 
     @property
     def head_dim(self):
@@ -79,7 +90,7 @@ class AttentionPlan:
 
     @property
     def ctx_bits(self):
-        return self.ctx_rule.result_bound(self.ctx_bound).bits
+        return self.divider.value_bound.bits
 
     @property
     def shallow_scores(self):
@@ -92,12 +103,20 @@ class AttentionPlan:
     @property
     def cache(self):
         """The cache it reads: a bank for each row of a group."""
-        return CachePlan(self.d_model, self.seq_len, self.rows)
+        return CachePlan(self.d_model, self.seq_len, self.rows, self.layers)
+
+    @property
+    def score_multiplier_bits(self):
+        """The width of a layer's ``M_score``, where the layers choose it."""
+        return multiplier_bits(self.score_rules)
 
     @property
     def score_scale_terms(self):
-        """The terms of a clamped gap times ``M_score``."""
-        return constant_product_terms(self.gap_operand_bits, False, self.score_rule.multiplier)
+        """The terms of a clamped gap times ``M_score``: a constant's for one layer, else a
+        signal's (the layer's multiplier)."""
+        if self.layers == 1:
+            return constant_product_terms(self.gap_operand_bits, False, self.score_rule.multiplier)
+        return product_terms(self.gap_operand_bits, False, self.score_multiplier_bits, True)
 
     @property
     def multipliers(self):
@@ -110,29 +129,42 @@ class AttentionPlan:
 
 def attention_plan(model, bounds, *, ways=1, rows=1):
     """The :class:`AttentionPlan` of ``model`` for its ``bounds`` (:func:`int8model.bounds.analyse`)."""
-    score_rule = Rule.rq(model.requant["M_score"])
-    ctx_rule = Rule.to8(model.requant["r_ctx"])
+    layers = bounds.layers
+    score_rules = tuple(Rule.rq(layer.requant["M_score"]) for layer in model.layers)
+    ctx_rules = tuple(Rule.to8(layer.requant["r_ctx"]) for layer in model.layers)
     nlut = len(model.exp_lut)
-    # The gaps are clamped where the LUT index stops changing: the M_score product is then
-    # narrower. Any clamp at or above that point reads the same entries: the next all-ones
-    # value is judged on the gap's high bits alone, with no comparison after the subtraction.
-    gap_operand_bits = max(1, saturating_gap(score_rule, nlut, bounds["score_gap"].hi).bit_length())
-    # The largest clamped gap's index: the table is spread to it where that takes few entries.
-    top = ((1 << gap_operand_bits) - 1) * score_rule.multiplier >> score_rule.shift
-    exp_spread = score_rule.multiplier > 0 and top < max(nlut, AttentionPlan.SPREAD_ENTRIES)
-    terms = constant_product_terms(gap_operand_bits, False, score_rule.multiplier)
+    gap = union(*(b["score_gap"] for b in layers))
+    ctx = union(*(b["ctx"] for b in layers))
+    # The gaps are clamped where no layer's LUT index changes any more: the M_score product is
+    # then narrower. Any clamp at or above that point reads the same entries: the next
+    # all-ones value is judged on the gap's high bits alone, with no comparison after the
+    # subtraction.
+    gap_operand_bits = max(1, *(saturating_gap(rule, nlut, b["score_gap"].hi).bit_length()
+                                for rule, b in zip(score_rules, layers)))
+    # The largest clamped gap's index, of every layer: the table is spread to it where that
+    # takes few entries (its entries do not depend on the layer).
+    tops = [((1 << gap_operand_bits) - 1) * rule.multiplier >> rule.shift for rule in score_rules]
+    exp_spread = all(rule.multiplier > 0 for rule in score_rules) and max(tops) < max(nlut, AttentionPlan.SPREAD_ENTRIES)
+    if len(score_rules) == 1:
+        terms = constant_product_terms(gap_operand_bits, False, score_rules[0].multiplier)
+    else:
+        terms = product_terms(gap_operand_bits, False, multiplier_bits(score_rules), True)
+    # Where r_ctx changes no context (a trained model's (1, 0)), the quotients leave as they are.
+    ctx_requant = any(not rule.is_identity_on(b["ctx"]) for rule, b in zip(ctx_rules, layers))
+    scaled = union(*(b["score_gap*M_score"] for b in layers))
+    if len(score_rules) > 1:  # the clamped gap of any layer, times any layer's multiplier
+        widest = Bound(0, (1 << gap_operand_bits) - 1)
+        scaled = union(scaled, *(widest.times(rule.multiplier) for rule in score_rules))
     return AttentionPlan(
         d_model=model.d_model, n_heads=model.n_heads, seq_len=model.seq_len, ways=ways, rows=rows,
-        score_rule=score_rule, ctx_rule=ctx_rule,
-        # Where r_ctx changes no context (a trained model's (1, 0)), the quotients leave as they are.
-        ctx_requant=not ctx_rule.is_identity_on(bounds["ctx"]),
-        q_bound=bounds["q"], score_bound=bounds["scores"], gap_bound=bounds["score_gap"],
-        scaled_bound=bounds["score_gap*M_score"], weight_bound=bounds["weights"], den_bound=bounds["den"],
-        num_bound=bounds["num"], ctx_bound=bounds["ctx"], gap_operand_bits=gap_operand_bits,
+        score_rules=score_rules, ctx_rules=ctx_rules, ctx_requant=ctx_requant,
+        q_bound=union(*(b["q"] for b in layers)), score_bound=union(*(b["scores"] for b in layers)), gap_bound=gap,
+        scaled_bound=scaled, weight_bound=layers[0]["weights"], den_bound=layers[0]["den"],
+        num_bound=union(*(b["num"] for b in layers)), ctx_bound=ctx, gap_operand_bits=gap_operand_bits,
         gap_stages=1 if len(terms) <= 1 else 2, exp_spread=exp_spread,
-        exp_depth=top + 1 if exp_spread else nlut, nlut=nlut,
-        divider=divider_plan(bounds["num"], bounds["den"], bounds["ctx"],
-                             rule=None if ctx_rule.is_identity_on(bounds["ctx"]) else ctx_rule))
+        exp_depth=max(tops) + 1 if exp_spread else nlut, nlut=nlut,
+        divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx,
+                             rules=ctx_rules if ctx_requant else None))
 
 
 def exp_entries(plan, exp_lut):

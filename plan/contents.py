@@ -57,7 +57,7 @@ def _qkv_rows(plan, model):
 
 def _xi_words(plan, model):
     embedding = plan.embedding
-    to_xi = Rule.to8(model.requant["r_qkv"])
+    to_xi = Rule.to8(model.layers[0].requant["r_qkv"])
     words = []
     for tok in range(plan.model.vocab):
         for p in range(1 << plan.qkv.pos_bits):
@@ -73,7 +73,7 @@ def make_contents(plan, model):
     """The :class:`Contents` of ``model``'s values for ``plan`` (made for the same model)."""
     if model.sha256 != plan.model.sha256:
         raise ValueError(f"the plan was made for model sha256 {plan.model.sha256}, not {model.sha256}")
-    matrices = product_matrices(model.weights)
+    matrices = product_matrices(model)
     return Contents(
         sha256=model.sha256, weights=weight_table(plan.lanes, matrices),
         token_embedding=embedding_words(model.embed, plan.embedding.row_words, plan.embedding.ways),

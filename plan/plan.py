@@ -21,7 +21,7 @@ from .arithmetic import ResultTable
 from .attention import AttentionPlan, attention_plan
 from .lanes import LanesPlan, lanes_plan
 from .parts import BLOCK_BITS, PARTS, Part, blocks_for
-from .schedule import MATRICES, Matrix, hidden_rules, product_matrices, stage_plans
+from .schedule import LAYER_MATRICES, MATRICES, Matrix, head_index, hidden_rules, product_matrices, stage_plans
 from .shape import (ATTENTION_ROWS, MAX_WAYS, Shape, lanes_for, qkv_table_depth, xi_table_depth,
                     xi_table_fits)
 from .units import ArgMaxPlan, CachePlan, EmbeddingPlan, EpiloguePlan, QKVPlan, argmax_plan, epilogue_plan
@@ -44,6 +44,7 @@ class ModelSummary:
     vocab: int
     seq_len: int
     nlut: int
+    n_layers: int = 1
 
     @property
     def head_dim(self):
@@ -90,17 +91,19 @@ class Plan:
 
     # -- The step's data flow, from the schedule.
 
-    def stage(self, stage):
-        return self.stages[stage]
+    def stage(self, stage, layer=0):
+        return self.stages[layer][stage]
 
-    def stage_of(self, matrix):
-        """The stage a matrix's sums make (QKV's: Q, then K and V by column)."""
-        return MATRICES[matrix].sums_to
+    @property
+    def all_stages(self):
+        """Every layer's stages, in the order of their ``select`` (the epilogue's rules)."""
+        return [stage for layer in self.stages for stage in layer]
 
     @property
     def order(self):
-        """The products a step runs, in order (QKV only where q, k and v are computed)."""
-        return [m for m in Matrix if m != Matrix.QKV or not self.qkv.table]
+        """The lanes' products a step runs, in order (the first layer's QKV only where its q,
+        k and v are computed)."""
+        return [index for index in range(len(self.lanes.matrices)) if index != Matrix.QKV or not self.qkv.table]
 
     # -- Resources.
 
@@ -125,11 +128,11 @@ class Plan:
     # -- The MAC-bound floor.
 
     def macs(self, pos):
-        """The MACs of the step at ``pos``, the matrices' (without QKV's where q, k and v come
-        from a table) and attention's."""
-        d, dff, vocab = self.model.d_model, self.model.d_ff, self.model.vocab
-        matrices = (1 if self.qkv.table else 4) * d * d + 2 * d * dff + vocab * d
-        return matrices + 2 * (pos + 1) * d
+        """The MACs of the step at ``pos``: every layer's matrices (without the first's QKV
+        where q, k and v come from a table) and attention, and the head's."""
+        d, dff, vocab, layers = self.model.d_model, self.model.d_ff, self.model.vocab, self.model.n_layers
+        matrices = layers * (4 * d * d + 2 * d * dff) - (3 * d * d if self.qkv.table else 0) + vocab * d
+        return matrices + layers * 2 * (pos + 1) * d
 
     @property
     def mean_macs(self):
@@ -211,7 +214,8 @@ def _memories(model, shape, embedding, qkv, lanes, feed_width, attention, cache,
         memories.append(MemoryPlan(f"engine.attention.exp_lut{r}", "the exp table, as read", attention.exp_depth,
                                    max(1, attention.weight_bits), attention.exp_style))
     memories.append(MemoryPlan("engine.attention.context.storage", "ci, a word of columns per entry", -(-d // ways),
-                               ways * attention.ctx_bits + _range_bits(ways + 1) + 1, "distributed"))
+                               ways * attention.ctx_bits + _range_bits(ways + 1) + 1 + _range_bits(attention.layers),
+                               "distributed"))
     for bank in range(cache.banks):
         for name in "kv":
             memories.append(MemoryPlan(f"engine.cache.{name}{bank}", f"{name.upper()} rows, a bank's", cache.depth,
@@ -251,28 +255,34 @@ def make_plan(model, shape=Shape(), part=None, *, bounds=None):
     d, ways = model.d_model, shape.ways
     if shape.hidden_in_lanes and model.d_ff > shape.lanes:
         raise FitError(f"the hidden vector's {model.d_ff} elements do not fit the {shape.lanes} lanes")
-    summary = ModelSummary(model.sha256, d, model.n_heads, model.d_ff, model.vocab, model.seq_len, model.nlut)
+    if model.n_layers > 1 and shape.qkv_table:
+        raise FitError("the q, k, v table holds a one-layer model's q, k and v: a deep model's layers above the "
+                       "first depend on more than the token and the position")
+    if model.n_layers > 1 and shape.hidden_in_lanes:
+        raise FitError("the hidden vector is kept in the lanes for one-layer models only")
+    summary = ModelSummary(model.sha256, d, model.n_heads, model.d_ff, model.vocab, model.seq_len, model.nlut,
+                           model.n_layers)
     xi_table = not shape.qkv_table and xi_table_fits(model, ways)
-    stages = stage_plans(model.requant, bounds, xi_dropped=shape.qkv_table or xi_table,
-                         hidden_table_limit=ResultTable.LIMIT)
+    stages = stage_plans(model, bounds, xi_dropped=shape.qkv_table or xi_table, hidden_table_limit=ResultTable.LIMIT)
     words = -(-d // ways)
     row_words = 1 << (words - 1).bit_length()
     bits = lambda table: Bound(int(table.min()), int(table.max())).bits
     embedding = EmbeddingPlan(d, model.vocab, model.seq_len, ways, words, row_words, bits(model.embed),
-                              bits(model.positions), bounds["x"])
+                              bits(model.positions), bounds.layers[0]["x"])
     pos_bits = (model.seq_len - 1).bit_length()
     qkv = QKVPlan("table" if shape.qkv_table else "computed", pos_bits, (row_words - 1).bit_length(),
                   qkv_table_depth(model), xi_table, xi_table_depth(model, ways))
-    matrices = product_matrices(model.weights)
+    matrices = product_matrices(model)
     hidden = None
     if shape.hidden_in_lanes:
         hidden = (Matrix.W1, Matrix.W2, hidden_rules(model.requant), bounds["acc_h"])
-    lanes = lanes_plan(matrices, shape.lanes, ways=ways, lut_ways=shape.lut_ways,
-                       input_bounds=[bounds[step.input] for step in MATRICES],
-                       order=[m for m in Matrix if m != Matrix.QKV or not shape.qkv_table],
-                       whole=Matrix.HEAD, hidden=hidden)
-    feed_width = 8 * ways + _range_bits(len(MATRICES))
-    epilogue = epilogue_plan(stages, bounds, d, model.d_ff)
+    head = head_index(model.n_layers)
+    input_bounds = [b[step.input] for b in bounds.layers for step in MATRICES[:LAYER_MATRICES]] + [bounds["oi"]]
+    lanes = lanes_plan(matrices, shape.lanes, ways=ways, lut_ways=shape.lut_ways, input_bounds=input_bounds,
+                       order=[index for index in range(head + 1) if index != Matrix.QKV or not shape.qkv_table],
+                       whole=head, hidden=hidden)
+    feed_width = 8 * ways + _range_bits(len(matrices))
+    epilogue = epilogue_plan([stage for layer in stages for stage in layer], bounds, d, model.d_ff)
     attention = attention_plan(model, bounds, ways=ways, rows=shape.attention_rows)
     cache = attention.cache
     # The head's logits go to the arg-max a whole group of lanes at once.

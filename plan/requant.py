@@ -97,13 +97,13 @@ class DividerPlan:
     """A floor divider (:class:`hdl.divider.FloorDivider`) for numerators, denominators and
     quotients in their bounds: the numerator offset by ``offset · den`` (``offset`` the power
     of two, or 0, at or below the quotient's low end) is divided by restoring division, ``steps``
-    quotient bits, ``bits_per_stage`` a pipeline stage; ``rule`` (if any) applied to the quotient
-    in the last stage."""
+    quotient bits, ``bits_per_stage`` a pipeline stage; ``rules`` (if any, one per layer of a
+    deep model, the division's layer choosing) applied to the quotient in the last stage."""
     num_bound: Bound
     den_bound: Bound
     quotient_bound: Bound
     bits_per_stage: int
-    rule: Rule | None
+    rules: tuple | None
     offset: int
     steps: int
     rem_bits: int
@@ -113,7 +113,8 @@ class DividerPlan:
     latency: int
 
 
-def divider_plan(num_bound, den_bound, quotient_bound, *, bits_per_stage=2, rule=None):
+def divider_plan(num_bound, den_bound, quotient_bound, *, bits_per_stage=2, rule=None, rules=None):
+    """``rule``: one rule for every division; ``rules``: one per layer."""
     if den_bound.lo <= 0:
         raise ValueError(f"the denominator must be positive, not as low as {den_bound.lo}")
     offset = 0 if quotient_bound.lo >= 0 else -(1 << (-quotient_bound.lo - 1).bit_length())
@@ -123,10 +124,13 @@ def divider_plan(num_bound, den_bound, quotient_bound, *, bits_per_stage=2, rule
     first = list(reversed(range(steps)))[:bits_per_stage]
     first_trials = tuple(-offset - (c << first[-1]) for c in range(1 << len(first)))
     fused = all(bin(k).count("1") <= 1 for k in first_trials)
+    if rule is not None:
+        rules = (rule,)
+    rules = None if rules is None else tuple(rules)
     return DividerPlan(
         num_bound=num_bound, den_bound=den_bound, quotient_bound=quotient_bound, bits_per_stage=bits_per_stage,
-        rule=rule, offset=offset, steps=steps,
+        rules=rules, offset=offset, steps=steps,
         # The offset numerator, always below 2**steps · den.
         rem_bits=Bound(0, (1 << steps) * den_bound.hi).bits,
-        value_bound=quotient_bound if rule is None else rule.result_bound(quotient_bound),
+        value_bound=quotient_bound if rules is None else union(*(r.result_bound(quotient_bound) for r in rules)),
         first_trials=first_trials, fused=fused, latency=-(-steps // bits_per_stage) + (not fused))

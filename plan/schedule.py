@@ -15,8 +15,8 @@ from int8model.bounds import Bound
 
 from .arithmetic import Rule
 
-__all__ = ["Stage", "Matrix", "StageStep", "MatrixStep", "STAGES", "MATRICES", "product_matrices", "hidden_rules", "StagePlan",
-           "stage_plans"]
+__all__ = ["Stage", "Matrix", "StageStep", "MatrixStep", "STAGES", "MATRICES", "LAYER_MATRICES", "matrix_index",
+           "head_index", "product_matrices", "hidden_rules", "StagePlan", "stage_plans"]
 
 
 class Stage(enum.IntEnum):
@@ -90,32 +90,64 @@ MATRICES = (
 )
 
 
-def product_matrices(weights):
-    """Each product's matrix, in :class:`Matrix` order, from a model's ``weights``: its weights
-    side by side (``Eq`` transposed)."""
+def product_matrices(model):
+    """Each product's matrix, in the lanes' order (each layer's QKV, WO, W1, W2, then the
+    head), from a model: its weights side by side (``Eq`` transposed)."""
     import numpy as np
-    return [np.concatenate([weights[k].T if step.transposed else weights[k] for k in step.weights], axis=1)
-            for step in MATRICES]
+
+    def matrix(weights, step):
+        return np.concatenate([weights[k].T if step.transposed else weights[k] for k in step.weights], axis=1)
+    return [matrix(layer.weights, step) for layer in model.layers for step in MATRICES[:LAYER_MATRICES]] + \
+        [matrix(model.layers[-1].weights, MATRICES[Matrix.HEAD])]
+
+
+def matrix_index(layer, kind):
+    """The lanes' index of layer ``layer``'s product ``kind`` (QKV, WO, W1 or W2): each layer's
+    four in turn, layer 0 first."""
+    return LAYER_MATRICES * layer + kind
+
+
+LAYER_MATRICES = len(Matrix) - 1  # a layer's products: all but the head
+
+
+def head_index(n_layers):
+    """The lanes' index of the head's product, after every layer's."""
+    return LAYER_MATRICES * n_layers
 
 
 @dataclass(frozen=True)
 class StagePlan:
-    """A stage for one model: its rules (``None`` where it skips that requant; the hidden
-    stage's ``r_hid`` folded into its first rule where they compose, or applied by a table of
-    results in the first requant's last stage, ``then``), the range of the values that enter
-    its first requant, and where its int8 output goes: into a product (``"lanes"``), collected
-    (``"q"``, ``"k"``, ``"v"``) or dropped (``"dropped"``: xi, where the lanes read it from a
-    table, or q, k and v come from one, and the embedding only stores x)."""
+    """A stage of one layer, for one model: its rules (``None`` where it skips that requant;
+    the hidden stage's ``r_hid`` folded into its first rule where they compose, or applied by a
+    table of results in the first requant's last stage, ``then``), the residual vector it adds
+    and the one it stores, the range of the values that enter its first requant, the lanes'
+    product (an index, :func:`matrix_index`) its int8 output goes into, and where that output
+    goes: into a product (``"lanes"``), collected (``"q"``, ``"k"``, ``"v"``), dropped
+    (``"dropped"``: xi, where the lanes read it from a table, or q, k and v come from one, and
+    the embedding only stores x) or nowhere (``"unused"``: the embedding of a layer above the
+    first, whose x is the layer below's s2).
+
+    A layer below the last ends as the next begins: its F stage stores ``s2`` as the next
+    layer's ``x`` and requantises it by the next layer's ``r_qkv`` into its QKV product."""
+    layer: int
     step: StageStep
     first: Rule | None
     then: Rule | None
     last: Rule | None
+    adds: str | None
+    stores: str | None
     in_bound: Bound
+    feeds: int | None
     output: str
 
     @property
     def stage(self):
         return self.step.stage
+
+    @property
+    def select(self):
+        """The epilogue's index of this stage's rules: each layer's stages in turn."""
+        return len(Stage) * self.layer + self.stage
 
 
 def hidden_rules(requant):
@@ -133,29 +165,45 @@ def _first_rule(step, requant):
     return Rule.to8(pair) if step.first_kind == "to8" else Rule.rq(pair, relu=step.first_kind == "relu")
 
 
-def stage_plans(requant, bounds, *, xi_dropped, hidden_table_limit):
-    """Each stage's :class:`StagePlan` for a model's ``requant`` pairs and ``bounds``
-    (:func:`int8model.bounds.analyse`). The hidden stage takes ``r_hid`` into its first requant
-    where the two rules compose (:meth:`Rule.then`) or where ``r_hid``'s results on the ReLU's
-    range take at most ``hidden_table_limit`` entries (then a table of them). ``xi_dropped``:
-    the embedding's xi goes nowhere (it comes from a table, or q, k and v do)."""
+def stage_plans(model, bounds, *, xi_dropped, hidden_table_limit):
+    """Each layer's stages (:class:`StagePlan`, a tuple of them per layer) for a model and its
+    ``bounds`` (:func:`int8model.bounds.analyse`). The hidden stage takes ``r_hid`` into its
+    first requant where the two rules compose (:meth:`Rule.then`) or where ``r_hid``'s results
+    on the ReLU's range take at most ``hidden_table_limit`` entries (then a table of them).
+    ``xi_dropped``: the embedding's xi goes nowhere (it comes from a table, or q, k and v do)."""
     from .arithmetic import ResultTable
     sources = {Stage.EMBED: "x", Stage.Q: "acc_q", Stage.K: "acc_k", Stage.V: "acc_v", Stage.O: "acc_o",
                Stage.H: "acc_h", Stage.F: "acc_f"}
-    plans = []
-    for step in STAGES:
-        first = _first_rule(step, requant)
-        last = Rule.to8(requant[step.last]) if step.last else None
-        then = None
-        if step.stage == Stage.H:
-            rules = hidden_rules(requant)
-            if len(rules) == 1:
-                first, last = rules[0], None
-            elif ResultTable.size(first.result_bound(bounds["acc_h"]), last) <= hidden_table_limit:
-                then, last = last, None
-        if step.feeds is not None:
-            output = "dropped" if xi_dropped and step.stage == Stage.EMBED else "lanes"
-        else:
-            output = step.output
-        plans.append(StagePlan(step, first, then, last, bounds[sources[step.stage]], output))
-    return tuple(plans)
+    n_layers = model.n_layers
+    layers = []
+    for layer, (params, b) in enumerate(zip(model.layers, bounds.layers)):
+        requant = params.requant
+        top = layer == n_layers - 1
+        plans = []
+        for step in STAGES:
+            first = _first_rule(step, requant)
+            last = Rule.to8(requant[step.last]) if step.last else None
+            then, stores = None, step.stores
+            feeds = None if step.feeds is None else matrix_index(layer, step.feeds)
+            if step.stage == Stage.H:
+                rules = hidden_rules(requant)
+                if len(rules) == 1:
+                    first, last = rules[0], None
+                elif ResultTable.size(first.result_bound(b["acc_h"]), last) <= hidden_table_limit:
+                    then, last = last, None
+            if step.stage == Stage.F:
+                if top:
+                    feeds = head_index(n_layers)
+                else:  # s2 is the next layer's x: stored, and its xi made for the next QKV
+                    stores, feeds = "x", matrix_index(layer + 1, Matrix.QKV)
+                    last = Rule.to8(model.layers[layer + 1].requant["r_qkv"])
+            if step.stage == Stage.EMBED and layer > 0:
+                output = "unused"
+            elif step.feeds is None:
+                output = step.output
+            else:
+                output = "dropped" if xi_dropped and step.stage == Stage.EMBED else "lanes"
+            plans.append(StagePlan(layer, step, first, then, last, step.adds, stores, b[sources[step.stage]],
+                                   feeds, output))
+        layers.append(tuple(plans))
+    return tuple(layers)

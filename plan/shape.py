@@ -47,8 +47,9 @@ def qkv_table_depth(model):
 
 
 def qkv_table_fits(model):
-    """Whether the engine reads q, k and v from a table by default (``QKV_TABLE_BYTES``)."""
-    return qkv_table_depth(model) * 3 * model.d_model <= QKV_TABLE_BYTES
+    """Whether the engine reads q, k and v from a table by default: a one-layer model's, where
+    it takes at most ``QKV_TABLE_BYTES``."""
+    return model.n_layers == 1 and qkv_table_depth(model) * 3 * model.d_model <= QKV_TABLE_BYTES
 
 
 def xi_table_depth(model, ways):

@@ -43,37 +43,44 @@ class EpiloguePlan:
     carried_multiplier_bits: int
 
     @property
+    def selects(self):
+        """The rules of each requant: one per stage of each layer (``StagePlan.select``)."""
+        return len(self.first.rules)
+
+    @property
     def multipliers(self):
         return self.first.multipliers + self.last.multipliers
 
-    def latency(self, stage):
-        """Cycles from a value of ``stage`` in to its int8 out: EMBED skips the first requant,
-        the early stages the last."""
-        if stage == Stage.EMBED:
+    def latency(self, select):
+        """Cycles from a value of stage ``select`` in to its int8 out: EMBED skips the first
+        requant, the early stages the last."""
+        if select == Stage.EMBED:
             return self.last.latency
-        return self.first.latency + (0 if stage in self.early else self.last.latency)
+        return self.first.latency + (0 if select in self.early else self.last.latency)
 
 
 def epilogue_plan(stages, bounds, d_model, d_ff):
-    """The epilogue of a step's :func:`~.schedule.stage_plans`, for the model's ``bounds``."""
+    """The epilogue of a step's :func:`~.schedule.stage_plans` (every layer's stages, in the
+    order of their ``select``), for the model's ``bounds``: the residual's vectors hold each
+    layer's x and s1 in turn, as wide as the widest of them."""
     # A stage that skips a requant has a rule there all the same (the rules are indexed by
     # stage): one that makes 0, so that it widens neither the unit's output nor what follows.
     unused = Rule(0, 0, saturate=False)
-    stored = {"x": bounds["x"], "s1": bounds["s1"]}
+    layers = bounds.layers
+    stored = {"x": union(*(b["x"] for b in layers)), "s1": union(*(b["s1"] for b in layers))}
     scratch = max(d_model, d_ff)
     first = requant_plan(
         [s.in_bound for s in stages], [s.first or unused for s in stages],
         registered_input=True, multiplier_input=True, sum_stage=True,
-        addend_bounds=[stored[s.step.adds] if s.step.adds else None for s in stages],
+        addend_bounds=[stored[s.adds] if s.adds else None for s in stages],
         followed_by=[s.then for s in stages])
-    middle = union(bounds["x"], bounds["s1"], bounds["s2"], bounds["relu"], bounds["q"], bounds["k"], bounds["v"],
-                   first.out_bound)
+    middle = union(*(b[name] for b in layers for name in ("x", "s1", "s2", "relu", "q", "k", "v")), first.out_bound)
     last_rules = [s.last or unused for s in stages]
-    residual = ResidualPlan(tuple(stored.items()), tuple((s.step.adds, s.step.stores) for s in stages),
-                            scratch + 1, middle.bits)
+    residual = ResidualPlan(tuple(stored.items()), tuple((s.adds, s.stores) for s in stages), scratch + 1,
+                            middle.bits)
     return EpiloguePlan(
         first=first, residual=residual, last=requant_plan(middle, last_rules, multiplier_input=True),
-        early=tuple(s.stage for s in stages if s.last is None and s.first is not None),
+        early=tuple(s.select for s in stages if s.last is None and s.first is not None),
         scratch=scratch, columns=scratch + 1, carried_multiplier_bits=multiplier_bits(last_rules))
 
 
@@ -122,15 +129,27 @@ class QKVPlan:
 
 @dataclass(frozen=True)
 class CachePlan:
-    """The KV cache: ``seq_len`` rows of ``d_model`` int8, K and V, over ``banks`` memories
-    (position ``p`` in bank ``p mod banks``) of ``depth`` rows each."""
+    """The KV cache: for each of ``layers`` layers, ``seq_len`` rows of ``d_model`` int8, K and
+    V, over ``banks`` memories (position ``p`` in bank ``p mod banks``); a deep model's layers
+    one above the other in each memory, a power of two of rows apart (``group_bits``), so that
+    an address is the layer's and the group's bits side by side."""
     d_model: int
     seq_len: int
     banks: int
+    layers: int = 1
+
+    @property
+    def groups(self):
+        """Rows a layer takes in each bank."""
+        return -(-self.seq_len // self.banks)
+
+    @property
+    def group_bits(self):
+        return (self.groups - 1).bit_length()
 
     @property
     def depth(self):
-        return -(-self.seq_len // self.banks)
+        return self.groups if self.layers == 1 else self.layers << self.group_bits
 
     @property
     def row_bits(self):

@@ -19,14 +19,27 @@ from hdl.interface import Error, Op
 from int8model.format import from_json
 from int8model.golden import Golden
 from plan import Shape, make_contents, make_plan
-from plan.schedule import STAGES, Stage
+from plan.schedule import Stage
 
 from .bench import start
 from .payload import unpack
 from .runner import BUILD_ROOT, bench_params, run_bench
 from .streams import StreamSink, StreamSource
 
-STREAMS = {step.stage: step.output for step in STAGES}
+LAYER_NAMES = ("xi", "q", "k", "v", "ci", "hi", "fi")  # a layer's intermediates the bench watches
+TOP_NAMES = ("oi", "logits")                          # the head's (layer None)
+
+
+def stream_names(plan):
+    """For each of the epilogue's selects, the name and layer (``None``: the head's) of what it
+    makes: a layer below the last's F stage makes the next layer's xi."""
+    names = {}
+    for stage in plan.all_stages:
+        name, layer = stage.step.output, stage.layer
+        if stage.stage == Stage.F:
+            name, layer = ("xi", layer + 1) if layer < plan.model.n_layers - 1 else ("oi", None)
+        names[stage.select] = (name, layer)
+    return names
 
 
 def engine_of(model, shape):
@@ -60,7 +73,9 @@ class Observer:
         self.by_position = {}  # what is recorded by position rather than by step: {pos: {name: values}}
 
     def new_step(self):
-        self.steps.append({name: [] for name in ("xi", "q", "k", "v", "ci", "hi", "fi", "oi", "logits")})
+        layers = self.engine.plan.model.n_layers
+        self.steps.append({**{(name, layer): [] for layer in range(layers) for name in LAYER_NAMES},
+                           **{(name, None): [] for name in TOP_NAMES}})
 
     async def run(self):
         dut, engine, plan = self.dut, self.engine, self.engine.plan
@@ -76,6 +91,7 @@ class Observer:
         hidden = engine.matvec.hidden_vector.shape() if plan.lanes.hidden is not None else None
         query_layout = engine.attention.i.payload.shape()
         row_layout = engine.cache.write.payload.shape()
+        names = stream_names(plan)
         while True:
             await RisingEdge(dut.clk)
             await ReadOnly()
@@ -86,7 +102,7 @@ class Observer:
                 if int(valid.value) and int(ready.value):
                     out = unpack(epilogue, int(payload.value))
                     if out["tag"] != scratch:
-                        step[STREAMS[Stage(out["select"])]].append(out["value"])
+                        step[names[out["select"]]].append(out["value"])
             if plan.qkv.table:
                 # q, k and v come from the table, not the epilogue: as attention takes q, and
                 # as the cache takes the row (the last write of a step holds both K and V).
@@ -94,34 +110,45 @@ class Observer:
                 valid, ready, payload = query
                 if int(valid.value) and int(ready.value):
                     query_in = unpack(query_layout, int(payload.value))
-                    self.by_position.setdefault(query_in["pos"], {})["q"] = query_in["q"]
+                    self.by_position.setdefault(query_in["pos"], {})[("q", 0)] = query_in["q"]
                 valid, ready, payload = cache_write
                 if int(valid.value) and int(ready.value):
                     row = unpack(row_layout, int(payload.value))
-                    self.by_position.setdefault(row["pos"], {}).update(k=row["k"], v=row["v"])
+                    self.by_position.setdefault(row["pos"], {}).update({("k", 0): row["k"], ("v", 0): row["v"]})
             valid, ready, payload = attention_o
             if int(valid.value) and int(ready.value):
                 out = unpack(attention, int(payload.value))
-                step["ci"] += out["values"][:out["count"]]
+                step[("ci", out.get("layer", 0))] += out["values"][:out["count"]]
             valid, ready, payload = head_o
             if int(valid.value) and int(ready.value):
                 out = unpack(head, int(payload.value))
-                step["logits"] += out["values"][:out["count"]]
+                step[("logits", None)] += out["values"][:out["count"]]
             if hidden is not None and int(dut.probe_hidden_valid.value):
                 # The hidden vector never leaves the lanes: as it is made, lane l's element l.
-                step["fi"] += unpack(hidden, int(dut.probe_hidden_payload.value))[:plan.model.d_ff]
+                step[("fi", 0)] += unpack(hidden, int(dut.probe_hidden_payload.value))[:plan.model.d_ff]
 
 
-PREFILL_STREAMS = ("xi", "q", "k", "v")  # what a prefill step makes
-TABLE_PREFILL_STREAMS = ("k", "v")        # ... where the step reads q, k, v from a table
-STEP_STREAMS = PREFILL_STREAMS + ("ci", "hi", "fi", "oi", "logits")
+def watched(plan, prefill):
+    """What a step makes, in the order it makes it, as ``(name, layer)``: every layer's
+    intermediates, then the head's; a prefill step's last layer makes only its xi, q, k and v
+    (where they come from a table, k and v)."""
+    layers = plan.model.n_layers
+    out = []
+    for layer in range(layers):
+        last = prefill and layer == layers - 1
+        names = LAYER_NAMES[:4] if last else LAYER_NAMES
+        if last and plan.qkv.table:
+            names = ("k", "v")
+        out += [(name, layer) for name in names]
+    return out if prefill else out + [(name, None) for name in TOP_NAMES]
 
 
-def first_difference(observed, trace, names=STEP_STREAMS):
-    for name in names:
-        want = getattr(trace, name).tolist()
-        if observed[name] != want:
-            return f"{name}: engine {observed[name]}, golden {want}"
+def first_difference(observed, trace, names):
+    for name, layer in names:
+        want = getattr(trace if layer is None else trace.layers[layer], name).tolist()
+        if observed[(name, layer)] != want:
+            where = "the head" if layer is None else f"layer {layer}"
+            return f"{where}, {name}: engine {observed[(name, layer)]}, golden {want}"
     return None
 
 
@@ -218,10 +245,7 @@ async def check_generation(tb, model, prompt, count):
     assert len(tb.observer.steps) == len(all_traces)
     for index, (observed, trace) in enumerate(zip(tb.observer.steps, all_traces)):
         observed = {**observed, **tb.observer.by_position.get(trace.pos, {})}
-        difference = first_difference(
-            observed, trace,
-            STEP_STREAMS if index not in tb.prefills
-            else TABLE_PREFILL_STREAMS if tb.engine.plan.qkv.table else PREFILL_STREAMS)
+        difference = first_difference(observed, trace, watched(tb.engine.plan, index in tb.prefills))
         if difference:
             raise AssertionError(
                 f"tokens: engine {got}, golden {want}; first difference at step {index} "

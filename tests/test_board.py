@@ -4,6 +4,7 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import serial
 
@@ -11,6 +12,7 @@ from host.device import Device, DeviceError, IdentityMismatch
 from host.protocol import Command, Fault, Reply, crc8, encode_request
 from int8model import Golden, load
 from int8model.format import from_json
+from int8model.synthetic import random_model
 from plan import choose_plan
 from sim.board import SIM_BAUD, SIM_CLOCK_HZ, SimulatedBoard
 
@@ -49,7 +51,8 @@ def test_ident(device, model):
     ident = device.ident()
     shape = choose_plan(model, "85F").shape
     assert ident.sha256 == model.sha256
-    assert (ident.d_model, ident.n_heads, ident.d_ff, ident.vocab, ident.seq_len) == (32, 4, 32, 32, 32)
+    assert (ident.d_model, ident.n_heads, ident.d_ff, ident.vocab, ident.seq_len, ident.n_layers) == \
+        (32, 4, 32, 32, 32, 1)
     assert (ident.lanes, ident.clock_hz, ident.baud) == (shape.lanes, SIM_CLOCK_HZ, SIM_BAUD)
     assert (ident.ways, ident.lut_ways) == (shape.ways, shape.lut_ways)
 
@@ -167,3 +170,17 @@ def test_generate_command_on_the_simulated_board():
     golden = subprocess.run([sys.executable, "-m", "host.generate", "--backend", "golden"] + args,
                             capture_output=True, text=True, check=True)
     assert sim.stdout == golden.stdout and sim.stdout.count("GEN") == 12
+
+
+def test_a_deep_model_on_the_simulated_board(tmp_path):
+    """host.generate runs a deep model on the simulated board (built for it, as the 85F's build
+    would shape it) and on the golden model, token for token the same; IDENT names its layers."""
+    model = random_model(np.random.default_rng(31), 16, 2, 24, 12, 12, n_layers=3)
+    path = tmp_path / "deep.json"
+    model.save(path)
+    args = ["--model", str(path), "--prompt", "3,1,4", "--generate", "6"]
+    sim = subprocess.run([sys.executable, "-m", "host.generate", "--backend", "sim"] + args,
+                         capture_output=True, text=True, check=True)
+    golden = subprocess.run([sys.executable, "-m", "host.generate", "--backend", "golden"] + args,
+                            capture_output=True, text=True, check=True)
+    assert sim.stdout == golden.stdout and sim.stdout.count("GEN") == 6

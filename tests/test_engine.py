@@ -5,7 +5,7 @@ import pytest
 
 from int8model import load
 from int8model.synthetic import random_model
-from plan import FitError, Shape, make_plan
+from plan import FitError, Shape, choose_plan, make_plan
 from sim.bench_engine import run_engine
 from sim.runner import ECP5Cells
 
@@ -112,3 +112,57 @@ def test_largest_shape():
     model = random_model(rng, 64, 8, 256, 256, 256)
     prompt = rng.integers(0, 256, size=200).tolist()
     run_engine(model, Shape(66, 3), [prompt], name="engine_largest", seed=64)
+
+
+# layers, (d_model, heads, d_ff, vocab, seq_len), shape, extreme rules
+DEEP = [
+    (2, (8, 2, 12, 5, 10), Shape(8, 2), False),
+    (3, (16, 2, 24, 12, 12), Shape(18, 3, 1), False),
+    (4, (8, 1, 8, 8, 8), Shape(4, 2), True),
+    (2, (32, 4, 48, 20, 16), Shape(32, 4, 1, attention_rows=4), False),
+    (3, (16, 4, 16, 16, 10), Shape(8, 1, attention_rows=1), True),
+]
+
+
+def deep_id(case):
+    layers, dims, shape, extreme = case
+    return "L{}_d{}h{}f{}v{}c{}".format(layers, *dims) + f"_p{shape.lanes}w{shape.ways}" + ("_x" if extreme else "")
+
+
+@pytest.mark.parametrize("case", DEEP, ids=deep_id)
+def test_deep_models(case):
+    """L layers a step, each with its own matrices, rules and cache rows, the residual stream
+    carried from one into the next: every intermediate of every layer of every step, to the end
+    of the context, the golden model's (a prompt's tokens but its last are prefill steps, which
+    run every layer but the last whole)."""
+    layers, dims, shape, extreme = case
+    seed = 10 * layers + dims[0]
+    rng = np.random.default_rng(seed)
+    model = random_model(rng, *dims, extreme=extreme, n_layers=layers)
+    prompt = rng.integers(0, dims[3], size=int(rng.integers(2, dims[4] // 2 + 1))).tolist()
+    run_engine(model, shape, [prompt], name=f"engine_deep_{deep_id(case)}", seed=seed)
+
+
+@pytest.mark.slow
+def test_deep_model_d64_dff256():
+    """Four layers of d_model 64 and d_ff 256, as the 85F's build shapes them, to the end of a
+    context of 48."""
+    rng = np.random.default_rng(464)
+    model = random_model(rng, 64, 4, 256, 40, 48, n_layers=4)
+    plan = choose_plan(model, "85F")
+    run_engine(model, plan.shape, [rng.integers(0, 40, size=5).tolist()], name="engine_deep_d64", seed=464)
+
+
+def test_deep_bad_input():
+    model = random_model(np.random.default_rng(4), 16, 2, 24, 12, 8, n_layers=2)
+    run_engine(model, Shape(8, 2), [], name="engine_deep_bad_input", testcase="bad_input_is_reported_and_harmless")
+
+
+def test_a_deep_model_takes_no_qkv_table_and_keeps_no_hidden_vector_in_the_lanes():
+    """Above the first layer, q, k and v depend on more than the token and the position."""
+    model = random_model(np.random.default_rng(5), 16, 2, 16, 12, 8, n_layers=2)
+    assert make_plan(model).qkv.source == "computed"
+    with pytest.raises(FitError, match="one-layer"):
+        make_plan(model, Shape(qkv_table=True))
+    with pytest.raises(FitError, match="one-layer"):
+        make_plan(model, Shape(16, 2, hidden_in_lanes=True))

@@ -93,10 +93,11 @@ def test_contents_belong_to_their_model():
 DESIGNS = [
     ("shipped 85F", None, None),
     ("shipped 45F", None, "45F"),
-    ("random computed q, k, v", (1, 32, 4, 32, 40, 32, Shape(33, 3, 1, qkv_table=False)), None),
-    ("random hidden in lanes, four rows", (2, 16, 2, 16, 24, 40, Shape(16, 2, 1, hidden_in_lanes=True,
-                                                                        attention_rows=4)), None),
-    ("random d_model 64, d_ff 128", (3, 64, 4, 128, 64, 64, None), "85F"),
+    ("random computed q, k, v", (1, 32, 4, 32, 40, 32, 1, Shape(33, 3, 1, qkv_table=False)), None),
+    ("random hidden in lanes, four rows", (2, 16, 2, 16, 24, 40, 1, Shape(16, 2, 1, hidden_in_lanes=True,
+                                                                           attention_rows=4)), None),
+    ("random d_model 64, d_ff 128", (3, 64, 4, 128, 64, 64, 1, None), "85F"),
+    ("random 4 layers", (4, 32, 4, 64, 40, 48, 4, None), "85F"),
 ]
 
 
@@ -113,8 +114,8 @@ def test_the_plan_counts_what_the_design_instantiates(tmp_path, model_shape, dev
         model = load(SHIPPED)
         plan = choose_plan(model, device or "85F")
     else:
-        seed, d, heads, d_ff, vocab, seq_len, shape = model_shape
-        model = random_model(np.random.default_rng(seed), d, heads, d_ff, vocab, seq_len)
+        seed, d, heads, d_ff, vocab, seq_len, layers, shape = model_shape
+        model = random_model(np.random.default_rng(seed), d, heads, d_ff, vocab, seq_len, n_layers=layers)
         plan = choose_plan(model, device) if shape is None else make_plan(model, shape)
     top = DeviceTop(plan, make_contents(plan, model), clock_hz=60_000_000)
     design = mapped_resources(top, "top", tmp_path)

@@ -67,13 +67,14 @@ class Ident:
     d_ff: int
     vocab: int
     seq_len: int
+    n_layers: int
     lanes: int
     clock_hz: int
     baud: int
     ways: int      # elements a cycle between the units: MAC multipliers = lanes × ways
     lut_ways: int  # of them, built from LUTs
 
-    FORMAT = "<32s6H2I2B"
+    FORMAT = "<32s7H2I2B"
 
     def pack(self):
         fields = list(astuple(self))
