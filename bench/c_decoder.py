@@ -26,6 +26,7 @@ TEMPLATE = r"""
 #define DFF {dff}
 #define V {v}
 #define C {c}
+#define L {layers}
 #define NLUT {nlut}
 
 {tables}
@@ -33,42 +34,50 @@ TEMPLATE = r"""
 static inline int64_t rq(int64_t x, int64_t m, int s) {{ return (x * m) >> s; }}
 static inline int64_t c8(int64_t x) {{ return x < -128 ? -128 : (x > 127 ? 127 : x); }}
 static inline int64_t fdiv(int64_t a, int64_t b) {{ int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q; }}
+#define RQ(x, key) rq((x), key##_M[l], key##_S[l])
 
-static int64_t K[C][D], Vc[C][D];
+static int64_t K[L][C][D], Vc[L][C][D];
 
-static int step(int tok, int pos) {{
-    int64_t x[D], q[D], ci[D], s1[D], hi[D], fi[DFF], oi[D], acc;
-    for (int e = 0; e < D; e++) x[e] = EinA[tok * D + e] + PinA[pos * D + e];
+/* One layer: its residual stream in x, the next one out in x. */
+static void layer(int l, int64_t *x, int tok, int pos) {{
+    int64_t q[D], ci[D], s1[D], hi[D], fi[DFF], acc;
 {projections}
     for (int g = 0; g < H; g++) {{
         int64_t s[C], w[C], m = 0, den = 0;
         for (int j = 0; j <= pos; j++) {{
             acc = 0;
-            for (int e = g * HD; e < g * HD + HD; e++) acc += q[e] * K[j][e];
+            for (int e = g * HD; e < g * HD + HD; e++) acc += q[e] * K[l][j][e];
             s[j] = acc; if (j == 0 || acc > m) m = acc;
         }}
         for (int j = 0; j <= pos; j++) {{
-            int64_t idx = rq(m - s[j], M_SCORE); idx = idx < 0 ? 0 : (idx > NLUT - 1 ? NLUT - 1 : idx);
+            int64_t idx = RQ(m - s[j], M_SCORE); idx = idx < 0 ? 0 : (idx > NLUT - 1 ? NLUT - 1 : idx);
             w[j] = E[idx]; den += w[j];
         }}
         for (int e = g * HD; e < g * HD + HD; e++) {{
             int64_t num = 0;
-            for (int j = 0; j <= pos; j++) num += w[j] * Vc[j][e];
-            ci[e] = c8(rq(fdiv(num, den), R_CTX));
+            for (int j = 0; j <= pos; j++) num += w[j] * Vc[l][j][e];
+            ci[e] = c8(RQ(fdiv(num, den), R_CTX));
         }}
     }}
     for (int j = 0; j < D; j++) {{
-        acc = 0; for (int e = 0; e < D; e++) acc += ci[e] * Wo[e * D + j];
-        s1[j] = x[j] + rq(acc, M_O); hi[j] = c8(rq(s1[j], R_FFN));
+        acc = 0; for (int e = 0; e < D; e++) acc += ci[e] * Wo[l][e * D + j];
+        s1[j] = x[j] + RQ(acc, M_O); hi[j] = c8(RQ(s1[j], R_FFN));
     }}
     for (int j = 0; j < DFF; j++) {{
-        acc = 0; for (int e = 0; e < D; e++) acc += hi[e] * W1[e * DFF + j];
-        int64_t r = rq(acc, M_H); fi[j] = c8(rq(r < 0 ? 0 : r, R_HID));
+        acc = 0; for (int e = 0; e < D; e++) acc += hi[e] * W1[l][e * DFF + j];
+        int64_t r = RQ(acc, M_H); fi[j] = c8(RQ(r < 0 ? 0 : r, R_HID));
     }}
     for (int j = 0; j < D; j++) {{
-        acc = 0; for (int e = 0; e < DFF; e++) acc += fi[e] * W2[e * D + j];
-        oi[j] = c8(rq(s1[j] + rq(acc, M_F), R_OUT));
+        acc = 0; for (int e = 0; e < DFF; e++) acc += fi[e] * W2[l][e * D + j];
+        x[j] = s1[j] + RQ(acc, M_F);
     }}
+}}
+
+static int step(int tok, int pos) {{
+    int64_t x[D], oi[D], acc;
+    for (int e = 0; e < D; e++) x[e] = EinA[tok * D + e] + PinA[pos * D + e];
+    for (int l = 0; l < L; l++) layer(l, x, tok, pos);
+    for (int e = 0; e < D; e++) oi[e] = c8(rq(x[e], R_OUT_M, R_OUT_S));
     int best = 0; int64_t top = 0;
     for (int t = 0; t < V; t++) {{
         acc = 0; for (int e = 0; e < D; e++) acc += oi[e] * Eq[t * D + e];
@@ -106,23 +115,28 @@ int main(int argc, char **argv) {{
 """
 
 
-def _table(name, values):
+def _table(name, values, ctype="int64_t"):
     values = [int(v) for v in values]
-    return f"static const int64_t {name}[{max(1, len(values))}] = {{{','.join(map(str, values))}}};"
+    return f"static const {ctype} {name}[{max(1, len(values))}] = {{{','.join(map(str, values))}}};"
+
+
+def _layer_table(name, arrays):
+    rows = ["{" + ",".join(str(int(v)) for v in array.ravel()) + "}" for array in arrays]
+    return f"static const int64_t {name}[L][{arrays[0].size}] = {{{','.join(rows)}}};"
 
 
 COMPUTED = r"""
     int64_t xi[D];
-    for (int e = 0; e < D; e++) xi[e] = c8(rq(x[e], R_QKV));
+    for (int e = 0; e < D; e++) xi[e] = c8(RQ(x[e], R_QKV));
     for (int j = 0; j < D; j++) {
         int64_t a = 0, b = 0, c = 0;
-        for (int e = 0; e < D; e++) { a += xi[e] * Wq[e * D + j]; b += xi[e] * Wk[e * D + j]; c += xi[e] * Wv[e * D + j]; }
-        q[j] = c8(rq(a, M_Q)); K[pos][j] = c8(rq(b, M_K)); Vc[pos][j] = c8(rq(c, M_V));
+        for (int e = 0; e < D; e++) { a += xi[e] * Wq[l][e * D + j]; b += xi[e] * Wk[l][e * D + j]; c += xi[e] * Wv[l][e * D + j]; }
+        q[j] = c8(RQ(a, M_Q)); K[l][pos][j] = c8(RQ(b, M_K)); Vc[l][pos][j] = c8(RQ(c, M_V));
     }"""
 
 FROM_TABLE = r"""
     const int8_t *row = QKV[tok * C + pos];
-    for (int j = 0; j < D; j++) { q[j] = row[j]; K[pos][j] = row[D + j]; Vc[pos][j] = row[2 * D + j]; }"""
+    for (int j = 0; j < D; j++) { q[j] = row[j]; K[l][pos][j] = row[D + j]; Vc[l][pos][j] = row[2 * D + j]; }"""
 
 
 def _qkv_table(model):
@@ -136,19 +150,24 @@ def _qkv_table(model):
 
 
 def c_source(model, qkv_table=False):
-    w, r = model.weights, model.requant
-    tables = [_table(name, w[key].ravel()) for name, key in
-              (("Wq", "Wq"), ("Wk", "Wk"), ("Wv", "Wv"), ("Wo", "Wo"), ("W1", "W1"), ("W2", "W2"), ("Eq", "Eq"))]
-    tables += [_table("EinA", model.embed.ravel()), _table("PinA", model.positions.ravel()),
-               _table("E", model.exp_lut)]
-    for key in ("r_qkv", "r_ffn", "r_out", "r_ctx", "r_hid", "M_q", "M_k", "M_v", "M_o", "M_h", "M_f", "M_score"):
-        m, s = r[key]
-        tables.append(f"#define {key.upper()} {m}LL, {s}")
+    """The C decoder of ``model`` (every layer's); with ``qkv_table``, a one-layer model's q, k
+    and v from a table of every token and position."""
+    if qkv_table and model.n_layers != 1:
+        raise ValueError("the q, k, v table holds a one-layer model's q, k and v")
+    layers = model.layers
+    tables = [_layer_table(key, [layer.weights[key] for layer in layers])
+              for key in ("Wq", "Wk", "Wv", "Wo", "W1", "W2")]
+    tables += [_table("Eq", model.head.ravel()), _table("EinA", model.embed.ravel()),
+               _table("PinA", model.positions.ravel()), _table("E", model.exp_lut)]
+    for key in ("r_qkv", "r_ffn", "r_ctx", "r_hid", "M_q", "M_k", "M_v", "M_o", "M_h", "M_f", "M_score"):
+        tables.append(_table(f"{key.upper()}_M", [layer.requant[key][0] for layer in layers]))
+        tables.append(_table(f"{key.upper()}_S", [layer.requant[key][1] for layer in layers], "int"))
+    tables.append(f"#define R_OUT_M {model.r_out[0]}LL\n#define R_OUT_S {model.r_out[1]}")
     if qkv_table:
         tables.append(_qkv_table(model))
     return TEMPLATE.format(d=model.d_model, h=model.n_heads, hd=model.head_dim, dff=model.d_ff,
-                           v=model.vocab, c=model.seq_len, nlut=model.nlut, tables="\n".join(tables),
-                           projections=FROM_TABLE if qkv_table else COMPUTED)
+                           v=model.vocab, c=model.seq_len, layers=model.n_layers, nlut=model.nlut,
+                           tables="\n".join(tables), projections=FROM_TABLE if qkv_table else COMPUTED)
 
 
 class CDecoder:

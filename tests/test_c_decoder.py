@@ -31,3 +31,10 @@ def test_random_models(seed):
              (24, 3, 16, 7, 12), (16, 1, 8, 256, 10)][seed]
     model = random_model(rng, *shape, extreme=seed % 2 == 1)
     check(model, rng.integers(0, shape[3], size=3).tolist(), qkv_table=seed % 3 == 0)
+
+
+@pytest.mark.parametrize("layers, shape", [(2, (8, 2, 12, 5, 8)), (4, (16, 4, 24, 40, 16)), (3, (24, 3, 16, 7, 12))])
+def test_deep_models(layers, shape):
+    rng = np.random.default_rng(layers)
+    model = random_model(rng, *shape, extreme=layers % 2 == 1, n_layers=layers)
+    check(model, rng.integers(0, shape[3], size=3).tolist())
