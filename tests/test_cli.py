@@ -6,7 +6,7 @@ import re
 import pytest
 
 COMMANDS = ["flows.build", "flows.cost", "sim.cycles", "sim.board", "bench.speed", "host.generate",
-            "int8model.train"]
+            "int8model.train", "int8model.train_deep"]
 SHAPE_OPTIONS = ["--device", "--ways", "--lanes", "--lut-ways", "--qkv-table", "--hidden-in-lanes",
                  "--attention-rows"]
 
