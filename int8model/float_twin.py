@@ -12,8 +12,9 @@ import numpy as np
 
 from .format import LAYER_REQUANTS, from_json
 from .golden import Golden
+from .train import eval_windows, requant_pair
 
-__all__ = ["LUT_ONE", "LUT_STEPS", "NLUT", "RESIDUAL_UNITS", "init_params", "forward", "quantise", "pair",
+__all__ = ["LUT_ONE", "LUT_STEPS", "NLUT", "RESIDUAL_UNITS", "init_params", "forward", "quantise",
            "windows", "float_figures", "int8_figures"]
 
 # The softmax's exponential table: weight of a score `gap` below the row's maximum is
@@ -72,24 +73,9 @@ def forward(params, tokens, n_heads, xp=np, record=None):
     return xp.exp(params["log_gain"]) * (x @ params["E"].T)
 
 
-def pair(ratio, multiplier_bits=15):
-    """The requant (M, S) nearest ``ratio`` with |M| below 2**multiplier_bits."""
-    if ratio == 0:
-        return [0, 0]
-    for shift in range(64):
-        multiplier = int(round(ratio * 2**shift))
-        if abs(multiplier) >= 2**(multiplier_bits - 1) or shift == 63:
-            return [multiplier, shift]
-    raise AssertionError("unreachable")
-
-
 def windows(ids, seq_len):
-    """Non-overlapping windows covering the text: each character after the first is a target once."""
-    out = []
-    for start in range(0, len(ids) - 1, seq_len):
-        chunk = ids[start:start + seq_len + 1]
-        out.append((np.array(chunk[:-1]), np.array(chunk[1:])))
-    return out
+    """:func:`eval_windows` as arrays."""
+    return [(np.array(x), np.array(y)) for x, y in eval_windows(ids, seq_len)]
 
 
 def quantise(params, n_heads, calibration, tokenizer, peak=None):
@@ -126,11 +112,12 @@ def quantise(params, n_heads, calibration, tokenizer, peak=None):
         for key in LAYER_PARAMS:
             matrices[key].append(w[key][0].ravel().tolist())
         pairs = {
-            "r_qkv": pair(s_res / s_xi), "r_ffn": pair(s_res / s_hi), "r_ctx": [1, 0], "r_hid": [1, 3],
-            "M_q": pair(s_xi * w["Wq"][1] / s_q), "M_k": pair(s_xi * w["Wk"][1] / s_k),
-            "M_v": pair(s_xi * w["Wv"][1] / s_v), "M_o": pair(s_v * w["Wo"][1] / s_res),
-            "M_h": pair(s_hi * w["W1"][1] / s_hid), "M_f": pair(s_fi * w["W2"][1] / s_res),
-            "M_score": pair(s_q * s_k / np.sqrt(head_dim) * LUT_STEPS),
+            "r_qkv": requant_pair(s_res / s_xi), "r_ffn": requant_pair(s_res / s_hi),
+            "r_ctx": [1, 0], "r_hid": [1, 3],
+            "M_q": requant_pair(s_xi * w["Wq"][1] / s_q), "M_k": requant_pair(s_xi * w["Wk"][1] / s_k),
+            "M_v": requant_pair(s_xi * w["Wv"][1] / s_v), "M_o": requant_pair(s_v * w["Wo"][1] / s_res),
+            "M_h": requant_pair(s_hi * w["W1"][1] / s_hid), "M_f": requant_pair(s_fi * w["W2"][1] / s_res),
+            "M_score": requant_pair(s_q * s_k / np.sqrt(head_dim) * LUT_STEPS),
         }
         for key in LAYER_REQUANTS:
             requant[key].append(pairs[key])
@@ -142,7 +129,7 @@ def quantise(params, n_heads, calibration, tokenizer, peak=None):
                    "vocab": params["E"].shape[0], "seq_len": params["P"].shape[0],
                    **({} if one else {"n_layers": layers})},
         "requant": {**{key: values[0] if one else values for key, values in requant.items()},
-                    "r_out": pair(s_res / s_oi)},
+                    "r_out": requant_pair(s_res / s_oi)},
         "weights_int8": {**{key: values[0] if one else values for key, values in matrices.items()},
                          "Eq": eq.ravel().tolist()},
         "embed_stream": {"EinA": np.round(params["E"] / s_res).astype(int).ravel().tolist(),

@@ -171,7 +171,7 @@ def train(text, tokenizer, d_model=32, n_heads=4, d_ff=32, seq_len=32,
     return model
 
 
-def _pair(ratio, multiplier_bits=15):
+def requant_pair(ratio, multiplier_bits=15):
     """The requant (M, S) nearest ``ratio`` with |M| below 2**multiplier_bits."""
     if ratio == 0:
         return [0, 0]
@@ -221,12 +221,12 @@ def quantise(model, text, tokenizer):
     head_dim = model.d // model.heads
     lut = [max(1, int(round(LUT_ONE * np.exp(-i / LUT_STEPS)))) for i in range(NLUT)]
     requant = {
-        "r_qkv": _pair(s_res / s_xi), "r_ffn": _pair(s_res / s_hi), "r_out": _pair(s_res / s_oi),
+        "r_qkv": requant_pair(s_res / s_xi), "r_ffn": requant_pair(s_res / s_hi), "r_out": requant_pair(s_res / s_oi),
         "r_ctx": [1, 0], "r_hid": [1, 3],
-        "M_q": _pair(s_xi * s_wq / s_q), "M_k": _pair(s_xi * s_wk / s_k), "M_v": _pair(s_xi * s_wv / s_v),
-        "M_o": _pair(s_v * s_wo / s_res), "M_h": _pair(s_hi * s_w1 / s_hid),
-        "M_f": _pair(s_fi * s_w2 / s_res),
-        "M_score": _pair(s_q * s_k / np.sqrt(head_dim) * LUT_STEPS),
+        "M_q": requant_pair(s_xi * s_wq / s_q), "M_k": requant_pair(s_xi * s_wk / s_k), "M_v": requant_pair(s_xi * s_wv / s_v),
+        "M_o": requant_pair(s_v * s_wo / s_res), "M_h": requant_pair(s_hi * s_w1 / s_hid),
+        "M_f": requant_pair(s_fi * s_w2 / s_res),
+        "M_score": requant_pair(s_q * s_k / np.sqrt(head_dim) * LUT_STEPS),
     }
     assert set(requant) == set(REQUANTS)
     flat = lambda m: m.ravel().tolist()

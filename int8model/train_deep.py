@@ -88,7 +88,7 @@ def main(argv=None):
     parser.add_argument("--heads", type=int, default=4, help="attention heads (default: %(default)s)")
     parser.add_argument("--d-ff", type=int, default=128, help="the FFN's hidden width (default: %(default)s)")
     parser.add_argument("--seq-len", type=int, default=128, help="positions of the context (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=12000, help="training steps (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=8000, help="training steps (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=32, help="windows a step (default: %(default)s)")
     parser.add_argument("--learning-rate", type=float, default=3e-3, help="AdamW's peak rate (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="initial weights and batches (default: %(default)s)")
