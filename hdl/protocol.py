@@ -98,7 +98,6 @@ class CommandProtocol(wiring.Component):
         reply_length = Signal(8)
         sent = Signal(8)
         fault = Signal(8)
-        token = Signal(8)
         stats = Signal(80)
         # Generated tokens, queued until a reply carries them.
         m.submodules.pending = pending = StreamFIFO(8, seq_len + 1)
@@ -166,8 +165,11 @@ class CommandProtocol(wiring.Component):
         m.d.sync += quiet.eq(Mux(got | ~in_frame, 0, quiet + 1))
         timed_out = quiet == self.timeout
 
-        op, arg = engine.cmd.payload.op, engine.cmd.payload.arg
-        count = Signal(16)
+        op = engine.cmd.payload.op
+        # The command's argument (a FEED's token, a GENERATE's count) is always this register,
+        # never a choice by state: the engine judges it as it takes the command.
+        arg = Signal(16)
+        m.d.comb += engine.cmd.payload.arg.eq(arg)
         with m.FSM():
             with m.State("HUNT"):
                 with m.If(got & (byte == REQUEST_SYNC)):
@@ -255,14 +257,12 @@ class CommandProtocol(wiring.Component):
                 with m.If(engine.cmd.ready):
                     m.next = "SETTLE_OK"
             with m.State("FEED"):
-                # The token goes through a register: the engine judges it in the same cycle.
-                m.d.sync += [token.eq(buffer_read.data), received.eq(received + 1)]
+                m.d.sync += [arg.eq(buffer_read.data), received.eq(received + 1)]
                 m.next = "FEED_OFFER"
             with m.State("FEED_OFFER"):
                 # Only the frame's last token needs its next token (for GENERATE): the others
                 # are prefill steps, which make only their cache row.
-                m.d.comb += [engine.cmd.valid.eq(1), op.eq(Mux(received == length, Op.FEED, Op.PREFILL)),
-                             arg.eq(token)]
+                m.d.comb += [engine.cmd.valid.eq(1), op.eq(Mux(received == length, Op.FEED, Op.PREFILL))]
                 with m.If(engine.cmd.ready):
                     m.next = "FEED_WAIT"
             with m.State("FEED_WAIT"):
@@ -275,19 +275,18 @@ class CommandProtocol(wiring.Component):
                     reply(Reply.OK, "HUNT")
             with m.State("GENERATE_COUNT"):
                 # The count is little-endian: byte 0 now (`received` is 0), byte 1 next.
-                m.d.sync += [count[:8].eq(buffer_read.data), received.eq(1)]
+                m.d.sync += [arg[:8].eq(buffer_read.data), received.eq(1)]
                 m.next = "GENERATE_COUNT_HIGH"
             with m.State("GENERATE_COUNT_HIGH"):
-                m.d.sync += count[8:].eq(buffer_read.data)
+                m.d.sync += arg[8:].eq(buffer_read.data)
                 m.next = "GENERATE_CHECK"
             with m.State("GENERATE_CHECK"):
-                with m.If(count > seq_len):
+                with m.If(arg > seq_len):
                     fail(Fault.POSITION)
                 with m.Else():
                     m.next = "GENERATE"
             with m.State("GENERATE"):
-                m.d.comb += [engine.cmd.valid.eq(1), op.eq(Op.GENERATE),
-                             arg.eq(count)]
+                m.d.comb += [engine.cmd.valid.eq(1), op.eq(Op.GENERATE)]
                 with m.If(engine.cmd.ready):
                     m.next = "GENERATE_TOKENS"
             with m.State("GENERATE_TOKENS"):
