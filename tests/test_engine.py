@@ -146,9 +146,9 @@ def test_deep_models(case):
 @pytest.mark.slow
 def test_deep_model_d64_dff256():
     """Four layers of d_model 64 and d_ff 256, as the 85F's build shapes them, to the end of a
-    context of 48."""
+    context of 24."""
     rng = np.random.default_rng(464)
-    model = random_model(rng, 64, 4, 256, 40, 48, n_layers=4)
+    model = random_model(rng, 64, 4, 256, 40, 24, n_layers=4)
     plan = choose_plan(model, "85F")
     run_engine(model, plan.shape, [rng.integers(0, 40, size=5).tolist()], name="engine_deep_d64", seed=464)
 
