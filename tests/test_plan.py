@@ -23,7 +23,7 @@ def test_a_plan_is_frozen_and_prints_as_json():
         plan.lanes.lanes = 8
     doc = json.loads(json.dumps(plan.to_json()))
     assert doc["shape"]["lanes"] == 32 and doc["lanes"]["acc_bits"] == plan.lanes.acc_bits
-    assert doc["stages"][Stage.O]["step"]["first"] == "M_o"
+    assert len(doc["stages"]) == 1 and doc["stages"][0][Stage.O]["step"]["first"] == "M_o"
     assert doc["resources"]["MULT18X18D"] == plan.dsp_blocks
     assert {m["path"] for m in doc["memories"]} == {m.path for m in plan.memories}
 
@@ -32,31 +32,39 @@ def test_the_stages_are_the_golden_step():
     """Each stage of the plan's table, its rules applied in order to the golden model's own
     values (adding and storing as the table says), makes the golden model's next value: the
     table is docs/semantics.md's steps 1 to 7, for models whose hidden rules fold, take a table
-    and take a second requant."""
-    for seed, r_hid in ((1, None), (2, (1, 3)), (3, (3, 3))):
-        model = random_model(np.random.default_rng(seed), 16, 2, 24, 16, 8)
+    and take a second requant, and for deep ones, whose layers below the last end in the next
+    layer's x and xi."""
+    for seed, r_hid, n_layers in ((1, None, 1), (2, (1, 3), 1), (3, (3, 3), 1), (5, None, 3)):
+        model = random_model(np.random.default_rng(seed), 16, 2, 24, 16, 8, n_layers=n_layers)
         if r_hid:
             model.requant["r_hid"] = r_hid
         plan = make_plan(model)
+        assert len(plan.stages) == n_layers
         golden = Golden(model)
         for tok in (3, 1, 4):
             trace = golden.step(tok)
-            sums = {Stage.EMBED: trace.x,
-                    Stage.Q: trace.xi @ model.weights["Wq"], Stage.K: trace.xi @ model.weights["Wk"],
-                    Stage.V: trace.xi @ model.weights["Wv"], Stage.O: trace.ci @ model.weights["Wo"],
-                    Stage.H: trace.hi @ model.weights["W1"], Stage.F: trace.fi @ model.weights["W2"]}
-            stored = {}
-            for stage in plan.stages:
-                values = sums[stage.stage].tolist()
-                for rule, adds in ((stage.first, stage.step.adds), (stage.then, None)):
-                    if rule is not None:
-                        values = [rule.apply(v) + (stored[adds][e] if adds else 0) for e, v in enumerate(values)]
-                if stage.step.stores:
-                    stored[stage.step.stores] = values
-                if stage.last is not None:
-                    values = [stage.last.apply(v) for v in values]
-                assert values == getattr(trace, stage.step.output).tolist(), (seed, stage.stage)
-            assert stored["s1"] == trace.s1.tolist()
+            for layer, (params, lt) in enumerate(zip(model.layers, trace.layers)):
+                top = layer == n_layers - 1
+                w = params.weights
+                sums = {Stage.EMBED: lt.x, Stage.Q: lt.xi @ w["Wq"], Stage.K: lt.xi @ w["Wk"],
+                        Stage.V: lt.xi @ w["Wv"], Stage.O: lt.ci @ w["Wo"], Stage.H: lt.hi @ w["W1"],
+                        Stage.F: lt.fi @ w["W2"]}
+                expected = {name: getattr(lt, name) for name in ("xi", "q", "k", "v", "hi", "fi")}
+                expected["oi"] = trace.oi if top else trace.layers[layer + 1].xi
+                stored = {"x": lt.x}
+                for stage in plan.stages[layer]:
+                    assert stage.layer == layer
+                    values = sums[stage.stage].tolist()
+                    for rule, adds in ((stage.first, stage.adds), (stage.then, None)):
+                        if rule is not None:
+                            values = [rule.apply(v) + (stored[adds][e] if adds else 0) for e, v in enumerate(values)]
+                    if stage.stores:
+                        stored[stage.stores] = values
+                    if stage.last is not None:
+                        values = [stage.last.apply(v) for v in values]
+                    assert values == expected[stage.step.output].tolist(), (seed, layer, stage.stage)
+                assert stored["s1"] == lt.s1.tolist()
+                assert stored["x"] == (lt.x if top else lt.s2).tolist()
 
 
 def test_the_first_rule_adds_after_its_shift():
