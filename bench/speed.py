@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from plan.options import add_model_argument, add_shape_arguments, asked_shape
 from sim.cycles import measure, measure_prefill
 
 from .c_decoder import CDecoder
+from .deep import deep_table
 
 __all__ = ["report_shape", "random_models", "benchmark_models", "fmax_for", "main"]
 
@@ -127,6 +129,14 @@ def main(argv=None):
     add_shape_arguments(parser, device_help="with --fmax, or shape options: the part whose build's shape to count")
     parser.add_argument("--out", type=Path, default=Path("build/bench"),
                         help="where the plot goes (default: %(default)s)")
+    parser.add_argument("--deep", action="store_true",
+                        help="also the deep models' table: the deep demo and random models of 1, 2 and 4 layers at "
+                             "d_model 64, each simulated over a whole context (tens of minutes; default: off)")
+    parser.add_argument("--deep-model", type=Path, default=Path("models/kjv4.json"),
+                        help="the deep demo model (default: %(default)s)")
+    parser.add_argument("--deep-report", type=Path,
+                        help="the deep demo's build report, for its fmax, clock and utilisation "
+                             "(default: none, cycles only)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.write_models:
@@ -206,6 +216,9 @@ def main(argv=None):
               f"{'table' if plan.qkv.table else 'computed':>8s} "
               f"{cycles[0]:6d} {cycles[16]:6d} {cycles[31]:6d} {sum(cycles) / len(cycles):7.1f} "
               f"{plan.floor_cycles:6.1f}", flush=True)
+    if args.deep:
+        deep_report = json.loads(args.deep_report.read_text()) if args.deep_report else None
+        deep_table(args.deep_model, deep_report, device, partial(measure, prefix="bench_deep"))
     return 0
 
 
