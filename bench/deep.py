@@ -17,7 +17,7 @@ from int8model import load
 from int8model.synthetic import random_model
 from plan import choose_plan
 
-from .c_decoder import CDecoder
+from .timing import c_ns_per_token
 
 __all__ = ["deep_models", "deep_table"]
 
@@ -35,16 +35,7 @@ def deep_models(demo):
     return models
 
 
-def c_us_per_token(model, prompt, runs):
-    decoder = CDecoder(model)
-    try:
-        times = [decoder.run(prompt, repetitions=20)[1] for _ in range(runs)]
-    finally:
-        decoder.close()
-    return min(times) / 1000
-
-
-def deep_table(demo_path, report, device, measure, runs=5, prompt=(1, 2, 3), jobs=None):
+def deep_table(demo_path, report, device, measure, prompt=(1, 2, 3), jobs=None):
     """Print the deep models' table: ``report`` the demo's build report (``None``: no fmax or
     clock to multiply by), ``measure(model, plan)`` the cycles of every position (a function a
     process pool can run, ``jobs`` of them at once: every core by default). The simulations all
@@ -76,7 +67,8 @@ def deep_table(demo_path, report, device, measure, runs=5, prompt=(1, 2, 3), job
     for label, model in models.items():
         plan, cycles = plans[label], counted[label]
         mean = sum(cycles) / len(cycles)
-        c_us = c_us_per_token(model, list(prompt), runs)
+        # A deep model's context takes tens of microseconds a token: fewer repetitions a run.
+        c_us = c_ns_per_token(model, list(prompt), repetitions=20) / 1000
         shape = plan.shape
         at_clock = report["clock_hz"] / mean if report else None
         at_fmax = report["fmax_mhz"] * 1e6 / mean if report else None

@@ -29,17 +29,10 @@ from plan import FitError, Shape, choose_plan, make_plan
 from plan.options import add_model_argument, add_shape_arguments, asked_shape
 from sim.cycles import measure, measure_prefill
 
-from .c_decoder import CDecoder
+from .timing import TIMING_RUNS, c_ns_per_token
 from .deep import deep_table
 
 __all__ = ["report_shape", "random_models", "benchmark_models", "fmax_for", "main"]
-
-
-# A CPU figure is the fastest of a few runs (for the C decoder, of every repetition of a whole
-# context in them): another process sharing the core only ever slows a run down (one such run,
-# beside a simulation, once took eight times as long; a run's mean, on an idle virtual machine,
-# still varied by half from one benchmark to the next).
-TIMING_RUNS = 5
 
 
 def golden_us_per_token(model, prompt, repetitions=20):
@@ -53,18 +46,6 @@ def golden_us_per_token(model, prompt, repetitions=20):
                 pass
         times.append((time.perf_counter() - started) / (repetitions * model.seq_len) * 1e6)
     return min(times)
-
-
-def c_ns_per_token(model, prompt, qkv_table=False):
-    decoder = CDecoder(model, qkv_table=qkv_table)
-    try:
-        runs = [decoder.run(prompt, repetitions=2000) for _ in range(TIMING_RUNS)]
-    finally:
-        decoder.close()
-    want = [t.next for t in Golden(model).generate(prompt, model.seq_len - len(prompt) + 1)]
-    if any(tokens != want for tokens, _ in runs):
-        raise AssertionError("the C decoder disagrees with the golden model")
-    return min(ns for _, ns in runs)
 
 
 def report_shape(report):
