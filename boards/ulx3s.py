@@ -9,7 +9,7 @@ from amaranth_boards.ulx3s import (ULX3S_12F_Platform, ULX3S_25F_Platform, ULX3S
 from hdl.fanout import global_net
 from hdl.top import DeviceTop
 
-__all__ = ["PLATFORMS", "pll_parameters", "ULX3STop"]
+__all__ = ["PLATFORMS", "pll_parameters", "pll_clocks", "ULX3STop"]
 
 PLATFORMS = {"12F": ULX3S_12F_Platform, "25F": ULX3S_25F_Platform,
              "45F": ULX3S_45F_Platform, "85F": ULX3S_85F_Platform}
@@ -17,28 +17,31 @@ PLATFORMS = {"12F": ULX3S_12F_Platform, "25F": ULX3S_25F_Platform,
 OSCILLATOR_HZ = 25_000_000
 
 
-def pll_parameters(out_hz, in_hz=OSCILLATOR_HZ):
-    """EHXPLLL dividers for ``out_hz``: ``(clki_div, clkfb_div, clkop_div, achieved_hz)``.
-
-    The phase detector runs at 3.125–400 MHz and the VCO at 400–800 MHz (ECP5 sysCLOCK guide);
-    of the settings within those, the one nearest ``out_hz`` wins.
-    """
-    best = None
+def _pll_settings(in_hz):
+    # The phase detector runs at 3.125–400 MHz and the VCO at 400–800 MHz (ECP5 sysCLOCK guide).
     for clki in range(1, 129):
         pfd = in_hz / clki
         if not 3.125e6 <= pfd <= 400e6:
             continue
         for clkfb in range(1, 81):
             out = pfd * clkfb
-            for clkop in range(1, 129):
-                if 400e6 <= out * clkop <= 800e6:
-                    error = abs(out - out_hz)
-                    if best is None or error < best[0]:
-                        best = (error, clki, clkfb, clkop, out)
-                    break
+            clkop = next((d for d in range(1, 129) if 400e6 <= out * d <= 800e6), None)
+            if clkop is not None:
+                yield clki, clkfb, clkop, out
+
+
+def pll_parameters(out_hz, in_hz=OSCILLATOR_HZ):
+    """EHXPLLL dividers for ``out_hz``: ``(clki_div, clkfb_div, clkop_div, achieved_hz)``, the
+    legal setting nearest ``out_hz``."""
+    best = min(_pll_settings(in_hz), key=lambda setting: abs(setting[3] - out_hz), default=None)
     if best is None:
         raise ValueError(f"the PLL cannot make {out_hz} Hz from {in_hz} Hz")
-    return best[1:]
+    return best
+
+
+def pll_clocks(in_hz=OSCILLATOR_HZ):
+    """Every clock the PLL makes from ``in_hz``, in Hz, ascending."""
+    return sorted({setting[3] for setting in _pll_settings(in_hz)})
 
 
 class ULX3STop(Elaboratable):

@@ -3,9 +3,11 @@
 Synthesis (Yosys), place and route (nextpnr-ecp5) and packing (ecppack) are the YoWASP builds
 from PyPI: no system toolchain is needed. The build writes, into --out, the bitstream and a
 report (report.json and report.txt): the plan it was built from, utilisation against the
-part, the clock asked for against nextpnr's fmax, cycles per token counted in simulation,
-tokens per second, and the model's identity. A model that does not fit the part is refused
-before synthesis; a build that misses timing fails and says so.
+part, the clock asked of the PLL against nextpnr's fmax, cycles per token counted in
+simulation, tokens per second at that clock and as a host receives them over the serial line,
+and the model's identity. By default the build searches for the fastest clock at which it meets
+timing (``flows.clock``); a model that does not fit the part is refused before synthesis; a
+build that misses timing fails and says so.
 """
 
 import argparse
@@ -21,15 +23,13 @@ from int8model.format import ModelError, load
 from plan import FitError, make_contents
 from plan.options import add_model_argument, add_shape_arguments, plan_from_arguments
 from wire import DEFAULT_BAUD
+from wire.line import generation_on_the_line
 
+from .clock import MAX_BAUD_ERROR, TARGET_CLOCK_HZ, Attempt, next_attempt
 from .toolchain import (SYNTH_CHECK, SYNTH_OPTIONS, critical_path, fmax_of, nextpnr_options, run_toolchain,
                         utilisation)
 
-__all__ = ["DEFAULT_CLOCK_HZ", "main", "text_report"]
-
-# 3 Mbaud is 20 clocks a bit. Below nextpnr's fmax on the 45F and the 85F at every seed built,
-# with a margin for a placement that does worse.
-DEFAULT_CLOCK_HZ = 60_000_000
+__all__ = ["main", "text_report"]
 
 
 def text_report(r):
@@ -42,10 +42,16 @@ def text_report(r):
         + ("q, k, v from a table, " if shape["qkv_table"] else "")
         + ("the hidden vector in the lanes, " if shape["hidden_in_lanes"] else "")
         + f"{shape['attention_rows']} cache rows a cycle, UART {r['baud']} baud",
-        f"clock: asked {r['clock_hz'] / 1e6:.2f} MHz, nextpnr fmax {r['fmax_mhz']:.2f} MHz"
-        + (f" (seed {r['seed']})" if r.get("seed") is not None else "") + ": "
+        f"clock: asked {r['clock_hz'] / 1e6:.3f} MHz of the PLL, nextpnr fmax {r['fmax_mhz']:.2f} MHz"
+        + (f" (seed {r['seed']})" if r.get("seed") is not None else " (nextpnr's own seed)") + ": "
         + ("timing met" if r["timing_met"] else "TIMING MISSED"),
+        f"UART: {r['baud']} baud asked, {r['baud_actual']:.0f} made ({r['baud_error']:.2%} off, "
+        f"{r['uart_divisor']} clocks a bit)",
     ]
+    if len(r.get("attempts", [])) > 1:
+        lines.append("attempts: " + "; ".join(
+            f"{a['clock_hz'] / 1e6:.3f} MHz seed {a['seed'] if a['seed'] is not None else 'default'}: "
+            f"{a['fmax_mhz']:.2f}" for a in r["attempts"]))
     if r.get("critical_path"):
         lines.append(f"critical path: {r['critical_path']['delay_ns']:.2f} ns, through "
                      + (", ".join(r["critical_path"]["sources"]) or "no line of the design"))
@@ -60,8 +66,11 @@ def text_report(r):
     lines += [
         f"cycles per token (simulated): position 0: {c['first']}, mean over {c['positions']} positions: "
         f"{c['mean']:.1f}, last: {c['last']}; MAC-bound floor {resources['floor_cycles']:.1f}",
-        f"tokens per second at {r['clock_hz'] / 1e6:.2f} MHz: {r['tokens_per_second']:.0f} "
+        f"tokens per second at {r['clock_hz'] / 1e6:.3f} MHz: {r['tokens_per_second']:.0f} "
         f"({1e6 / r['tokens_per_second']:.2f} us per token); at fmax: {r['tokens_per_second_at_fmax']:.0f}",
+        f"as a host receives them at {r['baud']} baud: {r['host']['tokens_per_second']:.0f} tokens/s "
+        f"({r['host']['line_bytes_per_token']:.2f} bytes a token on the line, framing included, "
+        f"generating {r['host']['count']} tokens after a {r['host']['prompt']}-token prompt)",
         f"bitstream: {r['bitstream']}",
         f"build time: {r['build_seconds']:.0f} s",
     ]
@@ -73,12 +82,15 @@ def main(argv=None):
     parser.add_argument("--board", choices=["ulx3s"], required=True, help="the board to build for (required)")
     add_model_argument(parser)
     add_shape_arguments(parser)
-    parser.add_argument("--clock", type=float, default=DEFAULT_CLOCK_HZ, metavar="HZ",
-                        help="engine clock made by the PLL (default: %(default).0f)")
+    parser.add_argument("--clock", type=float, metavar="HZ",
+                        help="build once at this engine clock (default: the fastest clock, at or below "
+                             f"{TARGET_CLOCK_HZ / 1e6:.0f} MHz, at which the build meets timing)")
+    parser.add_argument("--attempts", type=int, default=4,
+                        help="place-and-route runs the clock search may take (default: %(default)s)")
     parser.add_argument("--baud", type=int, default=DEFAULT_BAUD, help="UART baud (default: %(default)s)")
     parser.add_argument("--seed", type=int,
-                        help="nextpnr's placement seed: fmax varies by a few MHz from seed to seed "
-                             "(default: nextpnr's own)")
+                        help="nextpnr's placement seed of the first run: fmax varies by a few MHz from seed "
+                             "to seed (default: nextpnr's own)")
     parser.add_argument("--out", type=Path, default=Path("build/ulx3s"),
                         help="where the bitstream and the report go (default: %(default)s)")
     parser.add_argument("--program", action="store_true",
@@ -92,51 +104,73 @@ def main(argv=None):
         model = load(args.model)
         print(model.identity_line)
         plan = plan_from_arguments(model, args)
-        top = ULX3STop(plan, make_contents(plan, model), clock_hz=args.clock, baud=args.baud)
+        contents = make_contents(plan, model)
+        if args.clock is not None:
+            attempt = Attempt(args.clock, args.seed)
+            top = ULX3STop(plan, contents, clock_hz=args.clock, baud=args.baud)
+            if top.device.baud_error > MAX_BAUD_ERROR:
+                raise ValueError(f"at {top.clock_hz / 1e6:.3f} MHz the UART makes {args.baud} baud "
+                                 f"{top.device.baud_error:.2%} off (at most {MAX_BAUD_ERROR:.0%})")
+        else:
+            attempt = next_attempt([], baud=args.baud)
+            attempt = Attempt(attempt.clock_hz, args.seed)
     except (ModelError, BoundsError, FitError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    platform = PLATFORMS[args.device]()
     out = args.out.resolve()
-    build_dir = out / "gateware"
-    if build_dir.exists():
-        shutil.rmtree(build_dir)
-    print(f"elaborating for the ULX3S-{args.device} at {top.clock_hz / 1e6:.2f} MHz, {plan.shape.describe()}; "
-          f"the plan: {plan.dsp_blocks} MULT18X18D, {plan.block_rams} DP16KD", file=sys.stderr)
-    build = platform.build(top, name="top", do_build=False, synth_opts=SYNTH_OPTIONS,
-                           script_after_read=KEEP_REPLICAS, script_after_synth=SYNTH_CHECK,
-                           nextpnr_opts=nextpnr_options(args.seed))
-    build.extract(build_dir)
-    code, seconds = run_toolchain(build_dir, f"{build.script}.sh", out / "toolchain.log")
-    if code != 0 or not (build_dir / "top.bit").exists():
-        print(f"error: the toolchain failed (exit {code}); see {out / 'toolchain.log'}", file=sys.stderr)
-        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    tried, build_seconds = [], 0.0
+    while attempt is not None:
+        top = ULX3STop(plan, contents, clock_hz=attempt.clock_hz, baud=args.baud)
+        attempt = Attempt(top.clock_hz, attempt.seed)
+        seed = "nextpnr's own" if attempt.seed is None else attempt.seed
+        print(f"place and route {len(tried) + 1}: {top.clock_hz / 1e6:.3f} MHz asked of the PLL, seed {seed}",
+              file=sys.stderr)
+        platform = PLATFORMS[args.device]()  # a platform prepares one design
+        fmax, report, seconds = place_and_route(platform, top, plan, attempt.seed, out)
+        if fmax is None:
+            return 1
+        tried.append(Attempt(attempt.clock_hz, attempt.seed, fmax))
+        print(f"  fmax {fmax:.2f} MHz: " + ("timing met" if tried[-1].met else "timing missed"), file=sys.stderr)
+        if args.clock is not None:
+            break
+        attempt = next_attempt(tried, baud=args.baud, attempts=args.attempts)
+        build_seconds += seconds
+    final = tried[-1]  # the bitstream on disk is the last run's
 
-    report = json.loads((build_dir / "report.json").read_text())
-    fmax = fmax_of(report)
     print("counting cycles per token in simulation", file=sys.stderr)
     cycles = measure(model, plan, prefix="build_cycles")
     mean = sum(cycles) / len(cycles)
+    build_dir = out / "gateware"
     shutil.copy(build_dir / "top.bit", out / "top.bit")
+    clock_hz = top.clock_hz
+    # A one-token prompt, then a GENERATE to the end of the context.
+    line_cycles, line_bytes = generation_on_the_line(cycles[1:], top.device.divisor)
+    count = len(cycles)
     result = {
         "identity": model.identity_line, "model_sha256": model.sha256, "model_file": str(args.model),
         "board": "ulx3s", "device": args.device, "part": platform.device, "plan": plan.to_json(),
-        "seed": args.seed, "baud": top.device.baud, "clock_hz": top.clock_hz, "fmax_mhz": fmax,
-        "timing_met": fmax * 1e6 >= top.clock_hz, "critical_path": critical_path(report),
-        "utilisation": utilisation(report),
+        "seed": final.seed, "baud": top.device.baud, "uart_divisor": top.device.divisor,
+        "baud_actual": clock_hz / top.device.divisor, "baud_error": top.device.baud_error,
+        "clock_hz": clock_hz, "fmax_mhz": final.fmax_mhz, "timing_met": final.met,
+        "attempts": [{"clock_hz": a.clock_hz, "seed": a.seed, "fmax_mhz": a.fmax_mhz} for a in tried],
+        "critical_path": critical_path(report), "utilisation": utilisation(report),
         "cycles_per_token": {"first": cycles[0], "last": cycles[-1], "mean": mean,
                              "positions": len(cycles), "per_position": cycles},
-        "tokens_per_second": top.clock_hz / mean, "tokens_per_second_at_fmax": fmax * 1e6 / mean,
-        "bitstream": str(out / "top.bit"), "build_seconds": seconds,
+        "tokens_per_second": clock_hz / mean, "tokens_per_second_at_fmax": final.fmax_mhz * 1e6 / mean,
+        "host": {"prompt": 1, "count": count, "tokens_per_second": count * clock_hz / line_cycles,
+                 "line_bytes_per_token": line_bytes / count},
+        "bitstream": str(out / "top.bit"), "build_seconds": build_seconds,
     }
     (out / "report.json").write_text(json.dumps(result, indent=2) + "\n")
     text = text_report(result)
     (out / "report.txt").write_text(text)
     print(text, end="")
-    if not result["timing_met"]:
-        print(f"error: timing missed: {fmax:.2f} MHz < {top.clock_hz / 1e6:.2f} MHz asked; "
-              f"lower --clock", file=sys.stderr)
+    if not final.met:
+        print(f"error: timing missed: {final.fmax_mhz:.2f} MHz < {clock_hz / 1e6:.3f} MHz asked"
+              + ("; lower --clock" if args.clock is not None else f" after {len(tried)} runs; give --clock"),
+              file=sys.stderr)
         return 1
     if args.program:
         if not shutil.which("openFPGALoader"):
@@ -144,6 +178,26 @@ def main(argv=None):
             return 1
         subprocess.run(["openFPGALoader", "--board", "ulx3s", str(out / "top.bit")], check=True)
     return 0
+
+
+def place_and_route(platform, top, plan, seed, out):
+    """Synthesise, place, route and pack ``top`` into ``out/gateware``: nextpnr's fmax (MHz),
+    its report, and the seconds taken; the fmax is ``None`` if the toolchain failed."""
+    build_dir = out / "gateware"
+    if build_dir.exists():
+        shutil.rmtree(build_dir)
+    print(f"elaborating for the ULX3S-{platform.device} at {top.clock_hz / 1e6:.3f} MHz, {plan.shape.describe()}; "
+          f"the plan: {plan.dsp_blocks} MULT18X18D, {plan.block_rams} DP16KD", file=sys.stderr)
+    build = platform.build(top, name="top", do_build=False, synth_opts=SYNTH_OPTIONS,
+                           script_after_read=KEEP_REPLICAS, script_after_synth=SYNTH_CHECK,
+                           nextpnr_opts=nextpnr_options(seed))
+    build.extract(build_dir)
+    code, seconds = run_toolchain(build_dir, f"{build.script}.sh", out / "toolchain.log")
+    if code != 0 or not (build_dir / "top.bit").exists():
+        print(f"error: the toolchain failed (exit {code}); see {out / 'toolchain.log'}", file=sys.stderr)
+        return None, None, seconds
+    report = json.loads((build_dir / "report.json").read_text())
+    return fmax_of(report), report, seconds
 
 
 if __name__ == "__main__":

@@ -24,12 +24,12 @@ class GoldenBackend:
 class DeviceBackend:
     """A device over its serial protocol: the board, or the simulated board."""
 
-    def __init__(self, model, transport, *, on_close=None):
+    def __init__(self, model, transport, *, on_close=None, check=True):
         from .device import Device
         self.device = Device(transport)
         self.on_close = on_close
         try:
-            self.ident = self.device.check_model(model)
+            self.ident = self.device.check_model(model) if check else None
         except BaseException:
             self.close()
             raise
@@ -49,16 +49,16 @@ def _golden(model, **_options):
     return GoldenBackend(model)
 
 
-def _serial(model, *, port=None, baud=None, model_path=None, **_options):
+def _serial(model, *, port=None, baud=None, model_path=None, check=True, **_options):
     import serial
     from wire import DEFAULT_BAUD
     port = port or find_board()
     if port is None:
         raise OSError("no ULX3S found on a serial port; give --port, or use --backend sim")
-    return DeviceBackend(model, serial.Serial(port, baud or DEFAULT_BAUD, timeout=5))
+    return DeviceBackend(model, serial.Serial(port, baud or DEFAULT_BAUD, timeout=5), check=check)
 
 
-def _sim(model, *, model_path=None, shape=None, device="85F", **_options):
+def _sim(model, *, model_path=None, shape=None, device="85F", check=True, **_options):
     import serial
     from sim.board import SimulatedBoard
     if model_path is None:
@@ -69,7 +69,7 @@ def _sim(model, *, model_path=None, shape=None, device="85F", **_options):
     except BaseException:
         board.close()
         raise
-    return DeviceBackend(model, transport, on_close=board.close)
+    return DeviceBackend(model, transport, on_close=board.close, check=check)
 
 
 # The ULX3S's FT231X: FTDI's vendor id and that chip's product id.

@@ -184,3 +184,27 @@ def test_a_deep_model_on_the_simulated_board(tmp_path):
     golden = subprocess.run([sys.executable, "-m", "host.generate", "--backend", "golden"] + args,
                             capture_output=True, text=True, check=True)
     assert sim.stdout == golden.stdout and sim.stdout.count("GEN") == 6
+
+
+def test_the_selftest_passes_on_the_simulated_board(device, model):
+    from host.selftest import run_selftest
+    steps, rate = run_selftest(device, model, prompts=2, seed=3)
+    assert [(s.name, s.passed) for s in steps] == [(name, True) for name in ("ident", "identity", "generation",
+                                                                             "recovery")]
+    assert rate > 0
+
+
+def test_the_selftest_fails_naming_the_step_on_a_board_built_for_another_model(device, model):
+    from host.selftest import run_selftest
+    doc = model.to_json()
+    doc["exp_lut"][5] += 1
+    steps, rate = run_selftest(device, from_json(doc))
+    assert [(s.name, s.passed) for s in steps] == [("ident", True), ("identity", False)] and rate is None
+    assert model.sha256 in steps[-1].detail
+
+
+def test_the_selftest_command_on_the_simulated_board():
+    done = subprocess.run([sys.executable, "-m", "host.selftest", "--backend", "sim", "--model", SHIPPED,
+                           "--prompts", "1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "self-test passed" in done.stdout and "recovery    pass" in done.stdout
