@@ -1,8 +1,10 @@
 """The engine against a CPU core, side by side: python -m bench.speed
 
 For the shipped model and seed-size random models, from one run: the engine's cycles per
-token counted in simulation (mean over a whole context) times the fmax of the built ULX3S-85F
-design (a random model's own build, where its report is given, else the shipped model's); the
+token counted in simulation (mean over a whole context) at the clock the built ULX3S-85F
+bitstream runs at (a random model's own build, where its report is given, else the shipped
+model's), and the tokens a host receives of a GENERATE to the end of the context over the serial
+line at the build's baud (``wire.line``); the
 golden NumPy model and a compiled C decoder on one core of this machine (its
 tokens checked against the golden model's), both as the reference computes and, where the
 engine reads q, k and v from a table of every token and position, with the same table; the
@@ -26,13 +28,16 @@ import numpy as np
 from int8model import Golden, load
 from int8model.synthetic import random_model
 from plan import FitError, Shape, choose_plan, make_plan
+from hdl.uart import divisor_for
 from plan.options import add_model_argument, add_shape_arguments, asked_shape
 from sim.cycles import measure, measure_prefill
+from wire import DEFAULT_BAUD
+from wire.line import generation_on_the_line
 
 from .timing import TIMING_RUNS, c_ns_per_token
 from .deep import deep_table
 
-__all__ = ["report_shape", "random_models", "benchmark_models", "fmax_for", "main"]
+__all__ = ["report_shape", "random_models", "benchmark_models", "clock_for", "main"]
 
 
 def golden_us_per_token(model, prompt, repetitions=20):
@@ -64,14 +69,22 @@ def benchmark_models(shipped, label):
     return {label: shipped, **random_models()}
 
 
-def fmax_for(model, reports, default):
-    """The fmax (MHz) of the build report of ``model`` (matched by its sha256), ``None`` and
-    ``default`` where there is none: a random model's design differs from the shipped one's
-    beyond its memories (its r_ctx and r_hid take logic the shipped model's do not)."""
+def clock_for(model, reports, default):
+    """The clock (MHz) of the bitstream of the build report of ``model`` (matched by its
+    sha256), ``None`` and ``default`` where there is none: a random model's design differs from
+    the shipped one's beyond its memories (its r_ctx and r_hid take logic the shipped model's do not)."""
     for report in reports:
         if report.get("model_sha256") == model.sha256:
-            return report["fmax_mhz"], report
+            return report["clock_hz"] / 1e6, report
     return default, None
+
+
+def host_tokens_per_second(cycles, clock_mhz, baud):
+    """Tokens a second a host receives of a GENERATE to the end of the context after a
+    one-token prompt, the engine at ``clock_mhz`` and the line at ``baud``."""
+    divisor, _ = divisor_for(clock_mhz * 1e6, baud)
+    line_cycles, _ = generation_on_the_line(cycles[1:], divisor)
+    return len(cycles) * clock_mhz * 1e6 / line_cycles
 
 
 def plot(path, series):
@@ -97,17 +110,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.splitlines()[0])
     add_model_argument(parser)
     parser.add_argument("--report", type=Path, default=Path("build/ulx3s/report.json"),
-                        help="the build report whose fmax and shape to use (python -m hdl.build writes it; "
+                        help="the build report whose clock, baud and shape to use (python -m hdl.build writes it; "
                              "default: %(default)s)")
     parser.add_argument("--model-report", type=Path, action="append", default=[],
                         help="the build report of a random model of the benchmark (hdl.build --model of a file "
-                             "that --write-models wrote), whose fmax to use for it (repeatable; default: a model "
+                             "that --write-models wrote), whose clock to use for it (repeatable; default: a model "
                              "takes the shipped model's)")
     parser.add_argument("--write-models", type=Path, metavar="DIR",
                         help="write the benchmark's random models into DIR as model files (to build them), and stop "
                              "(default: run the benchmark)")
-    parser.add_argument("--fmax", type=float, help="fmax in MHz, instead of a build report's (default: the report's)")
-    add_shape_arguments(parser, device_help="with --fmax, or shape options: the part whose build's shape to count")
+    parser.add_argument("--clock", type=float, metavar="MHZ",
+                        help="the engine's clock in MHz, instead of a build report's (default: the report's)")
+    add_shape_arguments(parser, device_help="with --clock, or shape options: the part whose build's shape to count")
     parser.add_argument("--out", type=Path, default=Path("build/bench"),
                         help="where the plot goes (default: %(default)s)")
     parser.add_argument("--deep", action="store_true",
@@ -131,16 +145,19 @@ def main(argv=None):
     asked = asked_shape(args)
     shape_asked = asked != Shape(ways=None, lut_ways=None)
     device = args.device
-    if args.fmax:
-        fmax, source = args.fmax, "given"
+    baud = DEFAULT_BAUD
+    if args.clock:
+        clock, source = args.clock, "given"
     elif args.report.exists():
         report = json.loads(args.report.read_text())
-        fmax, source = report["fmax_mhz"], f"{args.report} ({report['device']}, {report['identity'][13:25]}…)"
+        clock, baud = report["clock_hz"] / 1e6, report["baud"]
+        source = (f"{args.report} ({report['device']}, {report['identity'][13:25]}…, "
+                  f"nextpnr fmax {report['fmax_mhz']:.2f} MHz)")
         if not shape_asked:
             device, asked = report["device"], report_shape(report)
     else:
         print(f"error: no build report at {args.report}: run python -m hdl.build --board ulx3s first, "
-              "or give --fmax", file=sys.stderr)
+              "or give --clock", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     shipped = load(args.model)
@@ -148,11 +165,12 @@ def main(argv=None):
     models = benchmark_models(shipped, "shipped " + args.model.stem)
     model_reports = [json.loads(path.read_text()) for path in args.model_report]
     prompt = [1, 2, 3]
-    print(f"fmax {fmax:.2f} MHz, from {source}; {shape.describe()}")
+    print(f"the bitstream's clock {clock:.3f} MHz, from {source}; {shape.describe()}; "
+          f"host: a GENERATE to the end of the context over the line at {baud} baud")
     print("C: the reference's arithmetic; C+table: q, k, v from the engine's table (where it has one); "
           f"CPU figures: the fastest of {TIMING_RUNS} runs on one core")
-    header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'fmax MHz':>9s} {'engine us':>9s} "
-              f"{'engine tok/s':>12s} {'C us':>6s} {'C tok/s':>9s} {'C+table us':>10s} {'NumPy us':>8s} "
+    header = (f"{'model':24s} {'q,k,v':>8s} {'cycles/tok':>10s} {'floor':>6s} {'clock MHz':>9s} {'engine us':>9s} "
+              f"{'engine tok/s':>12s} {'host tok/s':>10s} {'C us':>6s} {'C tok/s':>9s} {'C+table us':>10s} {'NumPy us':>8s} "
               f"{'engine/C':>8s} {'engine/C+table':>14s} {'prefill cyc':>11s} {'prefill tok/s':>13s}")
     print(header)
     series = {}
@@ -161,20 +179,20 @@ def main(argv=None):
         cycles = measure(model, plan, prefix="bench")
         series[label] = cycles
         mean = sum(cycles) / len(cycles)
-        # The model's own build where there is one (marked *), else the shipped model's fmax.
-        model_fmax, own = fmax_for(model, model_reports, fmax)
-        engine_us = mean / model_fmax
+        # The model's own build where there is one (marked *), else the shipped model's clock.
+        model_clock, own = clock_for(model, model_reports, clock)
+        engine_us = mean / model_clock
         c_us = c_ns_per_token(model, prompt) / 1000
         c_table_us = c_ns_per_token(model, prompt, qkv_table=True) / 1000 if plan.qkv.table else c_us
         numpy_us = golden_us_per_token(model, prompt)
         prefill = measure_prefill(model, plan, prefix="bench_prefill")
         prefill_mean = sum(prefill) / len(prefill)
         print(f"{label:24s} {'table' if plan.qkv.table else 'computed':>8s} {mean:10.1f} "
-              f"{plan.floor_cycles:6.1f} {model_fmax:8.2f}{'*' if own else ' '} {engine_us:9.3f} "
-              f"{1e6 / engine_us:12.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {c_table_us:10.3f} {numpy_us:8.1f} "
+              f"{plan.floor_cycles:6.1f} {model_clock:8.3f}{'*' if own else ' '} {engine_us:9.3f} "
+              f"{1e6 / engine_us:12.0f} {host_tokens_per_second(cycles, model_clock, baud):10.0f} {c_us:6.3f} {1e6 / c_us:9.0f} {c_table_us:10.3f} {numpy_us:8.1f} "
               f"{c_us / engine_us:7.2f}x {c_table_us / engine_us:13.2f}x "
-              f"{prefill_mean:11.1f} {model_fmax * 1e6 / prefill_mean:13.0f}", flush=True)
-    print("* the model's own build; the other rows take the shipped model's fmax")
+              f"{prefill_mean:11.1f} {model_clock * 1e6 / prefill_mean:13.0f}", flush=True)
+    print("* the model's own build; the other rows take the shipped model's clock")
     plot(args.out / "cycles_per_position.png", series)
     print(f"plot: {args.out / 'cycles_per_position.png'}")
 

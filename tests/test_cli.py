@@ -6,7 +6,7 @@ import re
 import pytest
 
 COMMANDS = ["flows.build", "flows.cost", "sim.cycles", "sim.board", "bench.speed", "host.generate",
-            "int8model.train", "int8model.train_deep"]
+            "host.selftest", "sim.formal", "int8model.train", "int8model.train_deep"]
 SHAPE_OPTIONS = ["--device", "--ways", "--lanes", "--lut-ways", "--qkv-table", "--hidden-in-lanes",
                  "--attention-rows"]
 
@@ -30,7 +30,7 @@ def test_help_gives_every_default_without_markup(command, capsys):
 
 
 @pytest.mark.parametrize("command", ["flows.build", "flows.cost", "sim.cycles", "sim.board", "bench.speed",
-                                     "host.generate"])
+                                     "host.generate", "host.selftest"])
 def test_every_command_that_makes_a_plan_takes_the_same_shape_options(command, capsys):
     text = help_of(command, capsys)
     group = text.split("shape of the engine (default: what the part's build chooses):", 1)[1]
