@@ -16,7 +16,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from amaranth.sim import Simulator
@@ -316,6 +316,7 @@ actions = st.one_of(valid_requests, valid_requests, refused_requests, corrupted(
           phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
 @given(st.lists(actions, min_size=1, max_size=8))
 def test_every_request_is_answered_and_nothing_refused_moves_the_sequence(session):
+    event(f"{len(session)} frames")  # --hypothesis-show-statistics counts them
     run_session(session)
 
 
