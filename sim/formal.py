@@ -101,22 +101,39 @@ class ResultQueue:
         return entries[0]
 
 
-class RequantProof(Elaboratable):
-    """A :class:`hdl.requant.Requant` of ``plan`` against its rule ``rule``: every item takes
-    that rule (its ``select`` and ``multiplier`` are the rule's, as the producer gives them),
-    so that the solver meets the unit's product as a product by a constant."""
+class UnitProof(Elaboratable):
+    """A unit of ``plan`` (a ``UNIT``) with every input left to the solver, held by ``specify``
+    to its specification."""
+    UNIT = None
 
-    def __init__(self, plan, rule, *, specification=None):
-        self.plan, self.rule = plan, rule
-        self.specification = specification  # another rule to hold the unit to (a proof that must fail)
+    def __init__(self, plan):
+        self.plan = plan
 
     def elaborate(self, platform):
         m = Module()
-        plan, index = self.plan, self.rule
+        m.submodules.unit = unit = self.UNIT(self.plan)
+        self.specify(m, self.plan, unit, free_ports(m, unit))
+        return m
+
+    def specify(self, m, plan, unit, item):
+        raise NotImplementedError
+
+
+class RequantProof(UnitProof):
+    """A :class:`hdl.requant.Requant` of ``plan`` against its rule ``rule``: every item takes
+    that rule (its ``select`` and ``multiplier`` are the rule's, as the producer gives them),
+    so that the solver meets the unit's product as a product by a constant."""
+    UNIT = Requant
+
+    def __init__(self, plan, rule, *, specification=None):
+        super().__init__(plan)
+        self.rule = rule
+        self.specification = specification  # another rule to hold the unit to (a proof that must fail)
+
+    def specify(self, m, plan, unit, item):
+        index = self.rule
         rule = plan.rules[index]
         specified = self.specification or rule
-        m.submodules.unit = unit = Requant(plan)
-        item = free_ports(m, unit)
         if len(plan.rules) > 1:
             m.d.comb += item.select.eq(index)
         if plan.multiplier_input:
@@ -133,22 +150,19 @@ class RequantProof(Elaboratable):
         if plan.tables[index] is not None:
             value = apply_rule(plan.tables[index].rule, value)
         ResultQueue.follow(m, unit, value, plan.out_bits + 1, "the requant's result is not its rule's")
-        return m
 
 
-class DividerProof(Elaboratable):
+class DividerProof(UnitProof):
     """A :class:`hdl.divider.FloorDivider` of ``plan`` against floor division: the quotient is
     the one ``q`` with ``q · den <= num < (q + 1) · den`` (then the layer's rule, if any)."""
 
+    UNIT = FloorDivider
+
     def __init__(self, plan, *, rounding="floor"):
-        self.plan = plan
+        super().__init__(plan)
         self.rounding = rounding  # "ceiling": hold it to the wrong rounding (a proof that must fail)
 
-    def elaborate(self, platform):
-        m = Module()
-        plan = self.plan
-        m.submodules.unit = unit = FloorDivider(plan)
-        item = free_ports(m, unit)
+    def specify(self, m, plan, unit, item):
         quotient = Signal(signed(plan.quotient_bound.bits + 1))
         m.d.comb += quotient.eq(AnySeq(quotient.shape().width))
         wide = signed(plan.num_bound.bits + plan.den_bound.bits + 2)
@@ -171,23 +185,20 @@ class DividerProof(Elaboratable):
             result = Array(results)[item.layer] if layers > 1 else results[0]
         ResultQueue.follow(m, unit, result, plan.value_bound.bits + 1,
                            "the divider's result is not the floor quotient")
-        return m
 
 
-class ArgMaxProof(Elaboratable):
+class ArgMaxProof(UnitProof):
     """A :class:`hdl.argmax.ArgMax` of ``plan`` against a scan of each run in index order,
     keeping the first maximum: runs of whole words but for the last, at most ``length`` values."""
 
+    UNIT = ArgMax
+
     def __init__(self, plan, *, ties="first"):
-        self.plan = plan
+        super().__init__(plan)
         self.ties = ties  # "last": hold it to the last maximum (a proof that must fail)
 
-    def elaborate(self, platform):
-        m = Module()
-        plan = self.plan
+    def specify(self, m, plan, unit, word):
         ways = plan.ways
-        m.submodules.unit = unit = ArgMax(plan)
-        word = free_ports(m, unit)
         taken = unit.i.valid & unit.i.ready
         seen = Signal(range(plan.length + ways + 1))   # values of the run so far
         best = Signal(signed(plan.value_bits))
@@ -215,7 +226,6 @@ class ArgMaxProof(Elaboratable):
         head = queue.step(taken & word.last, index, popped)
         with m.If(popped):
             m.d.comb += Assert(unit.o.payload == head, "the arg-max is not the run's first maximum")
-        return m
 
 
 @dataclass
