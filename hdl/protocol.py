@@ -12,20 +12,29 @@ side in ``host/protocol.py``):
 import struct
 
 from amaranth.hdl import Array, Const, Module, Mux, Signal
-from amaranth.lib import crc, memory, stream, wiring
+from amaranth.lib import crc, data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from wire import MAX_PAYLOAD, POSITION_FORMAT, REPLY_SYNC, REQUEST_SYNC, Command, Fault, Reply, Stats
+from wire import (COMMIT_FORMAT, LOAD_HEADER_FORMAT, MAX_PAYLOAD, POSITION_FORMAT, REPLY_SYNC, REQUEST_SYNC, Command,
+                  Fault, Reply, Stats)
 
 from .fifo import StreamFIFO
 from .interface import EngineControl, Error as EngineError, Op
 
-__all__ = ["CommandProtocol"]
+__all__ = ["CommandProtocol", "load_layout"]
 
 FROM_ENGINE = {EngineError.TOKEN: Fault.TOKEN, EngineError.POSITION: Fault.POSITION,
                EngineError.NO_PROMPT: Fault.NO_PROMPT, EngineError.COUNT: Fault.COUNT}
 
 CRC8 = crc.catalog.CRC8_AUTOSAR
+CRC32 = crc.catalog.CRC32_ISO_HDLC  # zlib's: the host's check of a load
+LOAD_HEADER = struct.calcsize(LOAD_HEADER_FORMAT)
+SHA256_BYTES = 32
+
+
+def load_layout():
+    """A byte of a load on its way to a memory: the memory, the byte's address in its image."""
+    return data.StructLayout({"memory": 8, "address": 24, "data": 8})
 
 
 class CommandProtocol(wiring.Component):
@@ -49,23 +58,37 @@ class CommandProtocol(wiring.Component):
         IDENT's reply (a :class:`wire.Ident`, packed).
     timeout : int
         Cycles of silence inside a frame after which it is dropped as truncated.
+    loadable : bool
+        Whether the build takes models over the line (``LOAD``, ``COMMIT``: docs/loading.md).
+        Then ``FEED`` and ``GENERATE`` are refused ``NO_MODEL`` from the first ``LOAD`` until
+        a ``COMMIT`` whose CRC-32 equals the device's own over every ``LOAD`` payload it took
+        since the last commit or ``RESET``; a commit starts a new sequence and IDENT reports
+        its identity. A baked build answers both ``BAKED``.
+    holds_model : bool
+        A loadable build's state at power-up: whether its memories start with the model whose
+        identity ``ident`` carries (else it refuses to run until a load).
 
     Ports
     -----
     rx : ``In(stream.Signature(8))``, bytes from the host.
     tx : ``Out(stream.Signature(8))``, bytes to the host.
     engine : ``Out(EngineControl(seq_len))``, the engine's control.
+    load : ``Out(stream.Signature(load_layout()))``, a loadable build's bytes to its memories.
     """
 
     MAX_PAYLOAD = MAX_PAYLOAD
 
-    def __init__(self, *, seq_len, vocab, ident, timeout):
+    def __init__(self, *, seq_len, vocab, ident, timeout, loadable=False, holds_model=True):
         self.seq_len, self.vocab, self.ident, self.timeout = seq_len, vocab, bytes(ident), timeout
-        super().__init__({
+        self.loadable, self.holds_model = loadable, holds_model
+        ports = {
             "rx": In(stream.Signature(8)),
             "tx": Out(stream.Signature(8)),
             "engine": Out(EngineControl(seq_len)),
-        })
+        }
+        if loadable:
+            ports["load"] = Out(stream.Signature(load_layout()))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -106,6 +129,24 @@ class CommandProtocol(wiring.Component):
                                                        attrs={"rom_style": "logic", "ram_style": "logic"})
         ident_read = ident_rom.read_port(domain="comb")
         m.d.comb += ident_read.addr.eq(sent)
+        ident_byte = ident_read.data
+        # A loadable build's identity is the last committed model's.
+        loaded = Signal(init=int(self.holds_model or not self.loadable))  # FEED and GENERATE may run
+        loading = Signal()           # a LOAD was taken since the last commit or RESET
+        if self.loadable:
+            m.submodules.load_crc = load_crc = CRC32(data_width=8).create()
+            m.submodules.identity = identity = memory.Memory(
+                shape=8, depth=SHA256_BYTES, init=self.ident[:SHA256_BYTES], attrs={"ram_style": "distributed"})
+            identity_write = identity.write_port()
+            identity_read = identity.read_port(domain="comb")
+            m.d.comb += [identity_read.addr.eq(sent), identity_write.addr.eq(received),
+                         identity_write.data.eq(buffer_read.data), load_crc.data.eq(buffer_read.data)]
+            ident_byte = Mux(sent < SHA256_BYTES, identity_read.data, ident_read.data)
+            load_memory = Signal(8)
+            load_address = Signal(24)
+            commit_mismatch = Signal()
+            m.d.comb += [self.load.payload.memory.eq(load_memory), self.load.payload.address.eq(load_address),
+                         self.load.payload.data.eq(buffer_read.data)]
         pos_bytes = Signal(16)
         m.d.comb += pos_bytes.eq(engine.status.pos)
         payload_byte = Signal(8)
@@ -113,7 +154,7 @@ class CommandProtocol(wiring.Component):
             with m.Case(Reply.OK):
                 m.d.comb += payload_byte.eq(pos_bytes.word_select(sent[0], 8))
             with m.Case(Reply.IDENT):
-                m.d.comb += payload_byte.eq(ident_read.data)
+                m.d.comb += payload_byte.eq(ident_byte)
             with m.Case(Reply.TOKEN):
                 m.d.comb += payload_byte.eq(pending.o.payload)
             with m.Case(Reply.STATS):
@@ -225,7 +266,8 @@ class CommandProtocol(wiring.Component):
                 with m.Switch(command):
                     for name, ok in ((Command.IDENT, length == 0), (Command.RESET, length == 0),
                                      (Command.STATS, length == 0), (Command.FEED, length != 0),
-                                     (Command.GENERATE, length == 2)):
+                                     (Command.GENERATE, length == 2), (Command.LOAD, length > LOAD_HEADER),
+                                     (Command.COMMIT, length == struct.calcsize(COMMIT_FORMAT))):
                         with m.Case(name):
                             m.d.comb += [known.eq(1), length_ok.eq(ok)]
                 with m.If(~known):
@@ -243,16 +285,33 @@ class CommandProtocol(wiring.Component):
                             m.d.sync += stats.eq(Const(0, 80) | engine.status.cycles
                                                  | (engine.status.pos << 32) | (engine.status.steps << 48))
                             reply(Reply.STATS, "HUNT")
-                        with m.Case(Command.FEED):
-                            with m.If(bad_token):
+                        with m.Case(Command.LOAD, Command.COMMIT):
+                            if not self.loadable:
+                                fail(Fault.BAKED)
+                            else:
+                                with m.If(command == Command.LOAD):
+                                    m.d.sync += [loaded.eq(0), loading.eq(1)]
+                                    m.next = "LOAD_HEADER"
+                                with m.Elif(~loading):  # nothing loaded to commit
+                                    fail(Fault.LOAD)
+                                with m.Else():
+                                    m.d.sync += commit_mismatch.eq(0)
+                                    m.next = "COMMIT_CHECK"
+                        with m.Case(Command.FEED, Command.GENERATE):
+                            with m.If(~loaded):
+                                fail(Fault.NO_MODEL)
+                            with m.Elif(command == Command.GENERATE):
+                                m.next = "GENERATE_COUNT"
+                            with m.Elif(bad_token):
                                 fail(Fault.TOKEN)
                             with m.Elif(engine.status.pos + length > seq_len):
                                 fail(Fault.POSITION)
                             with m.Else():
                                 m.next = "FEED"
-                        with m.Case(Command.GENERATE):
-                            m.next = "GENERATE_COUNT"
             with m.State("RESET"):
+                if self.loadable:  # a load in progress is abandoned: only a whole one commits
+                    m.d.comb += load_crc.start.eq(1)
+                    m.d.sync += loading.eq(0)
                 m.d.comb += [engine.cmd.valid.eq(1), op.eq(Op.NEW)]
                 with m.If(engine.cmd.ready):
                     m.next = "SETTLE_OK"
@@ -301,6 +360,55 @@ class CommandProtocol(wiring.Component):
                         fail(errors[engine.status.error])
                     with m.Else():
                         reply(Reply.OK, "HUNT")
+            if self.loadable:
+                self._loading_states(m, received, length, load_crc, load_memory, load_address, identity_write,
+                                     commit_mismatch, loaded, loading, reply, fail)
             sender("HUNT")
             sender("GENERATE_TOKENS")
         return m
+
+    def _loading_states(self, m, received, length, load_crc, load_memory, load_address, identity_write,
+                        commit_mismatch, loaded, loading, reply, fail):
+        """LOAD: the header, then each byte to the memories; every payload byte into the CRC-32.
+        COMMIT: the host's CRC-32 against the device's, then the identity."""
+        with m.State("LOAD_HEADER"):
+            m.d.comb += load_crc.valid.eq(1)
+            m.d.sync += received.eq(received + 1)
+            with m.Switch(received):
+                with m.Case(0):
+                    m.d.sync += load_memory.eq(load_crc.data)
+                for byte in range(LOAD_HEADER - 1):
+                    with m.Case(byte + 1):
+                        m.d.sync += load_address.word_select(byte, 8).eq(load_crc.data)
+            with m.If(received == LOAD_HEADER - 1):
+                m.next = "LOAD_DATA"
+        with m.State("LOAD_DATA"):
+            with m.If(received == length):
+                reply(Reply.OK, "HUNT")
+            with m.Else():
+                m.d.comb += self.load.valid.eq(1)
+                with m.If(self.load.ready):
+                    m.d.comb += load_crc.valid.eq(1)
+                    m.d.sync += [received.eq(received + 1), load_address.eq(load_address + 1)]
+        with m.State("COMMIT_CHECK"):
+            # The payload: the sha256, then the host's CRC-32, little-endian.
+            crc_bytes = Array(load_crc.crc.word_select(n, 8) for n in range(4))
+            with m.If((received >= SHA256_BYTES) & (load_crc.data != crc_bytes[received[:2]])):
+                m.d.sync += commit_mismatch.eq(1)
+            m.d.sync += received.eq(received + 1)
+            with m.If(received == length - 1):
+                m.next = "COMMIT_DECIDE"
+        with m.State("COMMIT_DECIDE"):
+            m.d.sync += received.eq(0)
+            with m.If(commit_mismatch):
+                m.d.comb += load_crc.start.eq(1)
+                m.d.sync += loading.eq(0)   # what the memories hold is unknown: load again
+                fail(Fault.LOAD)
+            with m.Else():
+                m.next = "COMMIT_IDENTITY"
+        with m.State("COMMIT_IDENTITY"):
+            m.d.comb += identity_write.en.eq(1)
+            m.d.sync += received.eq(received + 1)
+            with m.If(received == SHA256_BYTES - 1):
+                m.d.sync += loaded.eq(1)
+                m.next = "RESET"   # a new model, a new sequence; RESET ends the load

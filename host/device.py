@@ -26,6 +26,9 @@ class DeviceError(Exception):
         Fault.TRUNCATED: "the device received a truncated frame",
         Fault.UNKNOWN: "the device does not know the command",
         Fault.LENGTH: "the command's payload has the wrong length",
+        Fault.NO_MODEL: "the device holds no committed model: load one (docs/loading.md)",
+        Fault.LOAD: "the model's bytes did not arrive as sent (CRC-32): load it again",
+        Fault.BAKED: "this build's model is baked into its bitstream: it loads none",
     }
 
     def __init__(self, fault):

@@ -5,9 +5,13 @@ CRC-8/AUTOSAR (polynomial 0x2F, initial 0xFF, final XOR 0xFF) over the bytes aft
 The numbers of commands, replies and faults are the ones the device is built with (:mod:`wire`).
 """
 
-from wire import CRC_INITIAL, CRC_POLYNOMIAL, CRC_XOR, MAX_PAYLOAD, REPLY_SYNC, REQUEST_SYNC, Command, Fault, Reply
+import struct
+import zlib
 
-__all__ = ["crc8", "encode_request", "FrameReader", "Command", "Reply", "Fault"]
+from wire import (COMMIT_FORMAT, CRC_INITIAL, CRC_POLYNOMIAL, CRC_XOR, LOAD_HEADER_FORMAT, MAX_LOAD_DATA, MAX_PAYLOAD,
+                  REPLY_SYNC, REQUEST_SYNC, Command, Fault, Reply)
+
+__all__ = ["crc8", "encode_request", "load_payloads", "commit_payload", "FrameReader", "Command", "Reply", "Fault"]
 
 
 def crc8(data):
@@ -24,6 +28,24 @@ def encode_request(command, tag, payload=b""):
         raise ValueError(f"a frame carries at most {MAX_PAYLOAD} payload bytes, not {len(payload)}")
     body = bytes([command, tag, len(payload)]) + bytes(payload)
     return bytes([REQUEST_SYNC]) + body + bytes([crc8(body)])
+
+
+def load_payloads(images, chunk=MAX_LOAD_DATA):
+    """The LOAD payloads that write ``images`` (``{memory: bytes}``), each image in chunks of
+    ``chunk`` bytes from address 0."""
+    for memory, image in images.items():
+        if len(image) > 1 << 24:
+            raise ValueError(f"memory {memory}'s image has {len(image)} bytes; a LOAD addresses 2**24")
+        for at in range(0, len(image), chunk):
+            yield struct.pack(LOAD_HEADER_FORMAT, memory, at & 0xFFFF, at >> 16) + bytes(image[at:at + chunk])
+
+
+def commit_payload(sha256, payloads):
+    """COMMIT's payload after ``payloads`` were taken: the identity, the CRC-32 (zlib's) over them."""
+    check = 0
+    for payload in payloads:
+        check = zlib.crc32(payload, check)
+    return struct.pack(COMMIT_FORMAT, bytes.fromhex(sha256), check)
 
 
 class FrameReader:

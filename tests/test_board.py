@@ -127,6 +127,9 @@ def test_bad_input_leaves_the_sequence_intact(device, model):
     expect_fault(device, 206, Fault.LENGTH)
     device.write_raw(encode_request(Command.FEED, 207))
     expect_fault(device, 207, Fault.LENGTH)
+    # A baked build loads no model, and says so.
+    device.write_raw(encode_request(Command.LOAD, 213, bytes([0, 0, 0, 0, 1])))
+    expect_fault(device, 213, Fault.BAKED)
     device.write_raw(encode_request(Command.GENERATE, 208, (0).to_bytes(2, "little")))
     expect_fault(device, 208, Fault.COUNT)
 

@@ -23,10 +23,12 @@ from amaranth.sim import Simulator
 
 from hdl.interface import Error, Op
 from hdl.protocol import CommandProtocol
-from host.protocol import crc8, encode_request
+from host.protocol import encode_request
 from int8model.golden import Golden
+from sim.protocol_host import parse_replies, send_bytes
 from int8model.synthetic import random_model
-from wire import COUNT_FORMAT, POSITION_FORMAT, REPLY_SYNC, REQUEST_SYNC, Command, Fault, Ident, Reply, Stats
+from wire import (COMMIT_FORMAT, COUNT_FORMAT, LOAD_HEADER_FORMAT, POSITION_FORMAT, REQUEST_SYNC, Command,
+                  Fault, Ident, Reply, Stats)
 
 MODEL = random_model(np.random.default_rng(11), 8, 2, 8, 12, 6)  # vocab 12, seq_len 6
 IDENT = Ident("ab" * 32, 8, 2, 8, 12, 6, 1, 4, 12_000_000, 3_000_000, 1, 0).pack()
@@ -115,11 +117,15 @@ class Reference:
 
         def ok():
             return [(Reply.OK, tag, struct.pack(POSITION_FORMAT, self.pos))]
-        lengths = {Command.IDENT: 0, Command.RESET: 0, Command.STATS: 0, Command.GENERATE: 2}
+        lengths = {Command.IDENT: 0, Command.RESET: 0, Command.STATS: 0, Command.GENERATE: 2,
+                   Command.COMMIT: struct.calcsize(COMMIT_FORMAT)}
         if command not in set(Command):
             return error(Fault.UNKNOWN)
-        if command == Command.FEED and not payload or command in lengths and len(payload) != lengths[command]:
+        if command == Command.FEED and not payload or command in lengths and len(payload) != lengths[command] \
+                or command == Command.LOAD and len(payload) <= struct.calcsize(LOAD_HEADER_FORMAT):
             return error(Fault.LENGTH)
+        if command in (Command.LOAD, Command.COMMIT):  # this build's model is baked in
+            return error(Fault.BAKED)
         if command == Command.IDENT:
             return [(Reply.IDENT, tag, IDENT)]
         if command == Command.STATS:
@@ -157,21 +163,6 @@ class Reference:
         return [(Reply.TOKEN, tag, bytes(tokens))] + ok()
 
 
-def parse_replies(data):
-    """Reply frames in ``data``; a frame cut short or failing its CRC fails the test."""
-    frames, at = [], 0
-    while at < len(data):
-        assert data[at] == REPLY_SYNC, f"a byte outside a reply frame: {data[at:].hex()}"
-        assert at + 4 < len(data), "a reply cut short"
-        kind, tag, length = data[at + 1:at + 4]
-        body = data[at + 1:at + 4 + length]
-        assert len(body) == 3 + length and at + 4 + length < len(data), "a reply cut short"
-        assert crc8(body) == data[at + 4 + length], "a reply failed its CRC"
-        frames.append((kind, tag, bytes(data[at + 4:at + 4 + length])))
-        at += 5 + length
-    return frames
-
-
 def merged(frames):
     """Consecutive TOKEN replies of one tag as one: how many tokens a reply carries depends on
     the timing, the tokens do not."""
@@ -189,7 +180,8 @@ def matches(expected, got):
         return False
     for want, have in zip(expected, got):
         if want[0] == Reply.STATS:  # the stand-in counts no cycles: the position and steps only
-            stats = Stats.unpack(have[2]) if have[0] == Reply.STATS and len(have[2]) == struct.calcsize(Stats.FORMAT) else None
+            whole = have[0] == Reply.STATS and len(have[2]) == struct.calcsize(Stats.FORMAT)
+            stats = Stats.unpack(have[2]) if whole else None
             if stats is None or have[1] != want[1] or (stats.pos, stats.steps) != want[2:]:
                 return False
         elif want != have:
@@ -214,12 +206,7 @@ def run_session(actions):
         reference = Reference()
         for kind, data, extra in actions:
             start = len(received)
-            for byte in data:
-                ctx.set(dut.rx.valid, 1)
-                ctx.set(dut.rx.payload, byte)
-                await ctx.tick()
-                ctx.set(dut.rx.valid, 0)
-                await ctx.tick().repeat(BYTE_CYCLES - 1)
+            await send_bytes(ctx, dut.rx, data, BYTE_CYCLES)
             if kind == "request":
                 command, tag, payload = extra
                 expected = reference.answer(command, tag, payload)
@@ -285,6 +272,8 @@ refused_requests = st.one_of(
               st.integers(0, 255).filter(lambda c: c not in set(Command)), tags, st.binary(max_size=3)),
     st.builds(lambda command, tag, body: ("request", encode_request(command, tag, body), (command, tag, body)),
               st.sampled_from(list(Command)), tags, st.binary(max_size=3)),  # lengths a command may not take
+    request(Command.LOAD, st.binary(min_size=5, max_size=12)),          # a baked build loads nothing
+    request(Command.COMMIT, st.binary(min_size=36, max_size=36)),
 )
 
 

@@ -11,7 +11,8 @@ import struct
 from dataclasses import astuple, dataclass
 
 __all__ = ["REQUEST_SYNC", "REPLY_SYNC", "MAX_PAYLOAD", "DEFAULT_BAUD", "CRC_POLYNOMIAL", "CRC_INITIAL", "CRC_XOR",
-           "Command", "Reply", "Fault", "Ident", "Stats", "POSITION_FORMAT", "COUNT_FORMAT"]
+           "Command", "Reply", "Fault", "Ident", "Stats", "POSITION_FORMAT", "COUNT_FORMAT",
+           "LOAD_HEADER_FORMAT", "MAX_LOAD_DATA", "COMMIT_FORMAT"]
 
 REQUEST_SYNC = 0xA5
 REPLY_SYNC = 0x5A
@@ -33,6 +34,8 @@ class Command(enum.IntEnum):
     FEED = 0x03      # 1 to 255 prompt tokens
     GENERATE = 0x04  # a count (COUNT_FORMAT)
     STATS = 0x05     # no payload
+    LOAD = 0x06      # a chunk of a memory's bytes: LOAD_HEADER_FORMAT, then 1 to MAX_LOAD_DATA bytes
+    COMMIT = 0x07    # the loaded model's sha256 (32 bytes) and the CRC-32 of every LOAD payload (u32)
 
 
 class Reply(enum.IntEnum):
@@ -52,10 +55,18 @@ class Fault(enum.IntEnum):
     TRUNCATED = 6    # the line went quiet in the middle of a frame
     UNKNOWN = 7      # an unknown command
     LENGTH = 8       # a payload length the command does not take
+    NO_MODEL = 9     # FEED or GENERATE before a load is committed
+    LOAD = 10        # COMMIT whose CRC-32 is not the device's over what it took: load again
+    BAKED = 11       # LOAD or COMMIT to a build whose model is baked in
 
 
 POSITION_FORMAT = "<H"
 COUNT_FORMAT = "<H"
+# A LOAD's header: the memory (docs/loading.md) and the byte address of the chunk's first byte
+# in that memory's image (24 bits: the low 16 as "<H", then the high 8).
+LOAD_HEADER_FORMAT = "<BHB"
+MAX_LOAD_DATA = MAX_PAYLOAD - 4
+COMMIT_FORMAT = "<32sI"
 
 
 @dataclass(frozen=True)

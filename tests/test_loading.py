@@ -1,0 +1,193 @@
+"""Loading over the line, at the protocol: a loadable build's LOAD and COMMIT in Amaranth's
+simulator (docs/loading.md). The frames and the CRC-32 are the host's (``host.protocol``),
+written from the documentation; behind the engine port, a stand-in that records every command
+it is given, so that a step on a half-loaded model would be seen."""
+
+import struct
+
+import numpy as np
+import pytest
+
+from amaranth.sim import Simulator
+
+from hdl.interface import Op
+from hdl.protocol import CommandProtocol
+from host.protocol import commit_payload, encode_request, load_payloads
+from sim.protocol_host import parse_replies, send_bytes
+from wire import COUNT_FORMAT, POSITION_FORMAT, Command, Fault, Ident, Reply
+
+SEQ_LEN, VOCAB = 6, 12
+BAKED_SHA = "cd" * 32
+IDENT = Ident(BAKED_SHA, 8, 2, 8, VOCAB, SEQ_LEN, 1, 4, 12_000_000, 3_000_000, 1, 0)
+BYTE_CYCLES = 2
+TIMEOUT = 3 * BYTE_CYCLES
+REPLY_LIMIT = 1000   # cycles: a chunk takes a cycle a byte
+RNG = np.random.default_rng(7)
+# Two memories' images, one of them longer than a chunk.
+IMAGES = {0: RNG.integers(0, 256, 300, dtype=np.uint8).tobytes(), 3: RNG.integers(0, 256, 17, dtype=np.uint8).tobytes()}
+NEW_SHA = "5e" * 32
+
+
+def ok(tag, pos=0):
+    return [(Reply.OK, tag, struct.pack(POSITION_FORMAT, pos))]
+
+
+def error(tag, fault):
+    return [(Reply.ERROR, tag, bytes([fault]))]
+
+
+def request(command, tag, payload=b""):
+    return encode_request(command, tag, payload)
+
+
+def session(steps, *, holds_model):
+    """Send each step's frame, read its replies, and compare them with the step's; returns the
+    bytes the protocol sent towards the memories, ``{memory: {address: byte}}``, and the ops
+    the engine was given."""
+    dut = CommandProtocol(seq_len=SEQ_LEN, vocab=VOCAB, ident=IDENT.pack(), timeout=TIMEOUT, loadable=True,
+                          holds_model=holds_model)
+    written, ops, replies, failures = {}, [], [], []
+
+    async def engine(ctx):
+        ctx.set(dut.engine.cmd.ready, 1)
+        pos = 0
+        async for clock, _, valid, op in ctx.tick().sample(dut.engine.cmd.valid, dut.engine.cmd.payload.op):
+            if valid:
+                ops.append(Op(op))
+                pos = 0 if op == Op.NEW else pos + 1
+                ctx.set(dut.engine.status.pos, pos)
+
+    async def memories(ctx):  # taking a byte on two cycles of three, as a slower memory might
+        cycle = 0
+        ctx.set(dut.load.ready, 1)
+        async for clock, _, valid, ready, payload in ctx.tick().sample(dut.load.valid, dut.load.ready,
+                                                                       dut.load.payload):
+            if valid and ready:
+                written.setdefault(payload.memory, {})[payload.address] = payload.data
+            cycle += 1
+            ctx.set(dut.load.ready, cycle % 3 != 0)
+
+    async def collect(ctx):
+        ctx.set(dut.tx.ready, 1)
+        async for clock, _, valid, byte in ctx.tick().sample(dut.tx.valid, dut.tx.payload):
+            if valid:
+                replies.append(byte)
+
+    async def host(ctx):
+        for frame, expected in steps:
+            start = len(replies)
+            await send_bytes(ctx, dut.rx, frame, BYTE_CYCLES)
+            for _ in range(REPLY_LIMIT // 16):
+                if len(got := parse_replies(replies[start:], partial=True)) >= len(expected):
+                    break
+                await ctx.tick().repeat(16)
+            if got != expected:
+                failures.append(f"{bytes(frame).hex()}: expected {expected}, got {got}")
+                return
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for background in (engine, memories, collect):
+        sim.add_testbench(background, background=True)
+    sim.add_testbench(host)
+    sim.run()
+    assert not failures, failures[0]
+    return written, ops
+
+
+def ident_with(sha):
+    return IDENT.__class__(sha, *list(IDENT.__dict__.values())[1:]).pack()
+
+
+def load_steps(first_tag, images=IMAGES, skip=None, pos=0):
+    """The LOADs of ``images`` (but the ``skip``th), each answered OK with the position."""
+    payloads = list(load_payloads(images))
+    steps = [(request(Command.LOAD, first_tag + n, payload), ok(first_tag + n, pos))
+             for n, payload in enumerate(payloads) if n != skip]
+    return steps, payloads
+
+
+def as_images(written):
+    return {memory: bytes(by_address[a] for a in range(len(by_address))) for memory, by_address in written.items()}
+
+
+def test_a_load_committed_runs_and_identifies_itself():
+    """No model at power-up: FEED and GENERATE are refused and IDENT's identity is the build's
+    own. After the chunks and a commit whose CRC-32 checks, the memories hold every byte where
+    it was sent, IDENT reports the new identity and a FEED runs."""
+    loads, payloads = load_steps(10)
+    written, ops = session([
+        (request(Command.FEED, 1, bytes([3])), error(1, Fault.NO_MODEL)),
+        (request(Command.GENERATE, 2, struct.pack(COUNT_FORMAT, 2)), error(2, Fault.NO_MODEL)),
+        (request(Command.IDENT, 3), [(Reply.IDENT, 3, IDENT.pack())]),
+        *loads,
+        (request(Command.COMMIT, 4, commit_payload(NEW_SHA, payloads)), ok(4)),
+        (request(Command.IDENT, 5), [(Reply.IDENT, 5, ident_with(NEW_SHA))]),
+        (request(Command.FEED, 6, bytes([3, 4])), ok(6, 2)),
+    ], holds_model=False)
+    assert as_images(written) == IMAGES
+    assert ops == [Op.NEW, Op.PREFILL, Op.FEED]
+
+
+def test_a_corrupted_or_cut_chunk_writes_nothing_and_is_sent_again():
+    loads, payloads = load_steps(10)
+    corrupted = bytearray(loads[1][0])
+    corrupted[7] ^= 0x40
+    written, ops = session([
+        loads[0],
+        (bytes(corrupted), error(11, Fault.CRC)),
+        (loads[1][0][:9], error(11, Fault.TRUNCATED)),
+        *loads[1:],
+        (request(Command.COMMIT, 4, commit_payload(NEW_SHA, payloads)), ok(4)),
+    ], holds_model=False)
+    assert as_images(written) == IMAGES
+    assert ops == [Op.NEW]
+
+
+def test_a_load_short_of_a_chunk_is_not_committed_and_nothing_runs():
+    loads, payloads = load_steps(10, skip=1)
+    _, ops = session([
+        *loads,
+        (request(Command.COMMIT, 4, commit_payload(NEW_SHA, payloads)), error(4, Fault.LOAD)),
+        (request(Command.FEED, 5, bytes([3])), error(5, Fault.NO_MODEL)),
+        (request(Command.IDENT, 6), [(Reply.IDENT, 6, IDENT.pack())]),
+    ], holds_model=False)
+    assert ops == []
+
+
+def test_a_reset_mid_load_abandons_it():
+    """A RESET between chunks: the commit of the rest is refused, and the whole load again is
+    taken."""
+    loads, payloads = load_steps(10)
+    again, _ = load_steps(40)
+    _, ops = session([
+        loads[0],
+        (request(Command.RESET, 2), ok(2)),
+        *loads[1:],
+        (request(Command.COMMIT, 4, commit_payload(NEW_SHA, payloads)), error(4, Fault.LOAD)),
+        (request(Command.FEED, 5, bytes([3])), error(5, Fault.NO_MODEL)),
+        *again,
+        (request(Command.COMMIT, 6, commit_payload(NEW_SHA, payloads)), ok(6)),
+        (request(Command.FEED, 7, bytes([3])), ok(7, 1)),
+    ], holds_model=False)
+    assert ops == [Op.NEW, Op.NEW, Op.FEED]
+
+
+def test_a_model_at_power_up_runs_until_a_load_begins():
+    """A build that starts with its model runs it; a COMMIT with nothing loaded is refused and
+    changes nothing; from the first LOAD on, nothing runs until the commit."""
+    loads, _ = load_steps(10, pos=1)
+    _, ops = session([
+        (request(Command.FEED, 1, bytes([3])), ok(1, 1)),
+        (request(Command.COMMIT, 2, commit_payload(NEW_SHA, [])), error(2, Fault.LOAD)),
+        (request(Command.IDENT, 3), [(Reply.IDENT, 3, IDENT.pack())]),
+        loads[0],
+        (request(Command.FEED, 4, bytes([3])), error(4, Fault.NO_MODEL)),
+    ], holds_model=True)
+    assert ops == [Op.FEED]
+
+
+@pytest.mark.parametrize("payload", [b"\x00\x00\x00\x00", b"\x01" * 35])
+def test_a_load_or_commit_of_the_wrong_length_is_refused(payload):
+    command = Command.LOAD if len(payload) == 4 else Command.COMMIT
+    session([(request(command, 9, payload), error(9, Fault.LENGTH))], holds_model=False)
