@@ -7,9 +7,9 @@
 import itertools
 import struct
 
-from wire import COUNT_FORMAT, MAX_PAYLOAD, POSITION_FORMAT, Ident, Stats
+from wire import COUNT_FORMAT, LOAD_HEADER_FORMAT, MAX_PAYLOAD, POSITION_FORMAT, Ident, Stats
 
-from .protocol import Command, Fault, FrameReader, Reply, encode_request
+from .protocol import Command, Fault, FrameReader, Reply, commit_payload, encode_request, load_payloads
 
 __all__ = ["DeviceError", "Ident", "Stats", "Device", "IdentityMismatch"]
 
@@ -126,6 +126,26 @@ class Device:
             payload = bytes(tokens[start:start + MAX_PAYLOAD])
             pos, = struct.unpack(POSITION_FORMAT, self._expect(self._send(Command.FEED, payload), Reply.OK))
         return pos
+
+    def load(self, images, sha256, *, progress=None, attempts=3):
+        """Write ``images`` (``{memory: bytes}``) into a loadable device's memories and commit
+        them as the model ``sha256``; the device starts a new sequence with it. A chunk the line
+        corrupts or cuts is sent again (up to ``attempts`` times); ``progress(sent, total)`` is
+        called with the bytes of the images written so far."""
+        payloads = list(load_payloads(images))
+        total, sent = sum(len(image) for image in images.values()), 0
+        for payload in payloads:
+            for attempt in range(attempts):
+                try:
+                    self._expect(self._send(Command.LOAD, payload), Reply.OK)
+                    break
+                except DeviceError as error:
+                    if error.fault not in (Fault.CRC, Fault.TRUNCATED) or attempt + 1 == attempts:
+                        raise
+            sent += len(payload) - struct.calcsize(LOAD_HEADER_FORMAT)
+            if progress:
+                progress(sent, total)
+        self._expect(self._send(Command.COMMIT, commit_payload(sha256, payloads)), Reply.OK)
 
     def generate(self, count):
         """Yield each generated token as the device makes it."""

@@ -1,10 +1,18 @@
 """A host's side of the command protocol component in Amaranth's simulator: request bytes in
-at a UART's pace, reply frames out (for tests that drive ``hdl.protocol`` without a UART)."""
+at a UART's pace, reply frames out (for tests that drive ``hdl.protocol`` without a UART), and
+:class:`SimulatedLine`, the component behind a serial port's ``read``/``write`` for the host's
+own driver."""
+
+import queue
+import threading
+import time
+
+from amaranth.sim import Simulator
 
 from host.protocol import crc8
 from wire import REPLY_SYNC
 
-__all__ = ["send_bytes", "parse_replies"]
+__all__ = ["send_bytes", "parse_replies", "SimulatedLine"]
 
 
 async def send_bytes(ctx, rx, data, byte_cycles):
@@ -33,3 +41,57 @@ def parse_replies(data, *, partial=False):
         frames.append((kind, tag, bytes(data[at + 4:at + 4 + length])))
         at += 5 + length
     return frames
+
+
+class SimulatedLine:
+    """``dut``'s protocol (its ``rx`` and ``tx`` streams) in Amaranth's simulator, running in a
+    thread of its own, behind pyserial's ``read(n)``, ``write(data)`` and ``timeout``: what is
+    written goes in a byte every ``byte_cycles`` cycles. ``testbenches`` run beside it (what
+    sits behind the component's other ports)."""
+
+    def __init__(self, dut, *, byte_cycles, testbenches=(), timeout=5.0):
+        self.dut, self.byte_cycles, self.timeout = dut, byte_cycles, timeout
+        self._to_device = queue.Queue()
+        self._received = bytearray()
+        self._arrived = threading.Condition()
+        self._closed = False
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
+        for testbench in (*testbenches, self._collect):
+            sim.add_testbench(testbench, background=True)
+        sim.add_testbench(self._drive)
+        self._thread = threading.Thread(target=sim.run, daemon=True)
+        self._thread.start()
+
+    async def _drive(self, ctx):
+        while not self._closed:
+            try:
+                data = self._to_device.get_nowait()
+            except queue.Empty:
+                await ctx.tick().repeat(16)
+                continue
+            await send_bytes(ctx, self.dut.rx, data, self.byte_cycles)
+
+    async def _collect(self, ctx):
+        ctx.set(self.dut.tx.ready, 1)
+        async for _, _, valid, byte in ctx.tick().sample(self.dut.tx.valid, self.dut.tx.payload):
+            if valid:
+                with self._arrived:
+                    self._received.append(byte)
+                    self._arrived.notify()
+
+    def write(self, data):
+        self._to_device.put(bytes(data))
+
+    def read(self, count):
+        deadline = time.monotonic() + self.timeout
+        with self._arrived:
+            while not self._received and time.monotonic() < deadline:
+                self._arrived.wait(deadline - time.monotonic())
+            data = bytes(self._received[:count])
+            del self._received[:count]
+        return data
+
+    def close(self):
+        self._closed = True
+        self._thread.join()

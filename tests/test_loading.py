@@ -12,8 +12,9 @@ from amaranth.sim import Simulator
 
 from hdl.interface import Op
 from hdl.protocol import CommandProtocol
+from host.device import Device, DeviceError
 from host.protocol import commit_payload, encode_request, load_payloads
-from sim.protocol_host import parse_replies, send_bytes
+from sim.protocol_host import SimulatedLine, parse_replies, send_bytes
 from wire import COUNT_FORMAT, POSITION_FORMAT, Command, Fault, Ident, Reply
 
 SEQ_LEN, VOCAB = 6, 12
@@ -40,14 +41,14 @@ def request(command, tag, payload=b""):
     return encode_request(command, tag, payload)
 
 
-def session(steps, *, holds_model):
-    """Send each step's frame, read its replies, and compare them with the step's; returns the
-    bytes the protocol sent towards the memories, ``{memory: {address: byte}}``, and the ops
-    the engine was given."""
-    dut = CommandProtocol(seq_len=SEQ_LEN, vocab=VOCAB, ident=IDENT.pack(), timeout=TIMEOUT, loadable=True,
-                          holds_model=holds_model)
-    written, ops, replies, failures = {}, [], [], []
+def loadable_protocol(holds_model):
+    return CommandProtocol(seq_len=SEQ_LEN, vocab=VOCAB, ident=IDENT.pack(), timeout=TIMEOUT, loadable=True,
+                           holds_model=holds_model)
 
+
+def stand_ins(dut, written, ops):
+    """What sits behind the protocol: an engine that records the ops it is given (and counts
+    positions), memories that record each byte at its address, ``{memory: {address: byte}}``."""
     async def engine(ctx):
         ctx.set(dut.engine.cmd.ready, 1)
         pos = 0
@@ -66,6 +67,15 @@ def session(steps, *, holds_model):
                 written.setdefault(payload.memory, {})[payload.address] = payload.data
             cycle += 1
             ctx.set(dut.load.ready, cycle % 3 != 0)
+    return engine, memories
+
+
+def session(steps, *, holds_model):
+    """Send each step's frame, read its replies, and compare them with the step's; returns the
+    bytes the protocol sent towards the memories and the ops the engine was given."""
+    dut = loadable_protocol(holds_model)
+    written, ops, replies, failures = {}, [], [], []
+    engine, memories = stand_ins(dut, written, ops)
 
     async def collect(ctx):
         ctx.set(dut.tx.ready, 1)
@@ -191,3 +201,43 @@ def test_a_model_at_power_up_runs_until_a_load_begins():
 def test_a_load_or_commit_of_the_wrong_length_is_refused(payload):
     command = Command.LOAD if len(payload) == 4 else Command.COMMIT
     session([(request(command, 9, payload), error(9, Fault.LENGTH))], holds_model=False)
+
+
+class CorruptingLine:
+    """A line that changes one byte of the ``nth`` frame written, once: noise on the wire."""
+
+    def __init__(self, line, nth):
+        self.line, self.nth, self.writes = line, nth, 0
+
+    def write(self, data):
+        self.writes += 1
+        if self.writes == self.nth:
+            data = bytearray(data)
+            data[6] ^= 0x10
+        self.line.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.line, name)
+
+
+@pytest.mark.parametrize("corrupt", [None, 2], ids=["clean line", "a chunk corrupted"])
+def test_the_host_loads_a_model_and_runs_it(corrupt):
+    """``host.device.Device.load`` over the simulated protocol: every byte where it belongs,
+    progress to the whole, the new identity, then a FEED runs; a chunk the line corrupts is
+    answered CRC and sent again."""
+    dut = loadable_protocol(holds_model=False)
+    written, ops, progress = {}, [], []
+    line = SimulatedLine(dut, byte_cycles=BYTE_CYCLES, testbenches=stand_ins(dut, written, ops))
+    try:
+        device = Device(CorruptingLine(line, corrupt) if corrupt else line)
+        with pytest.raises(DeviceError, match="NO_MODEL"):
+            device.feed([3])
+        device.load(IMAGES, NEW_SHA, progress=lambda sent, total: progress.append((sent, total)))
+        assert device.ident().sha256 == NEW_SHA
+        assert device.feed([3, 4]) == 2
+    finally:
+        line.close()
+    assert as_images(written) == IMAGES
+    total = sum(map(len, IMAGES.values()))
+    assert progress[-1] == (total, total) and len(progress) == len(list(load_payloads(IMAGES)))
+    assert ops == [Op.NEW, Op.PREFILL, Op.FEED]
