@@ -1,26 +1,18 @@
 """The host's side of the command protocol: framing and CRC, written independently of the HDL.
 
 Request ``A5 cmd tag len payload crc``, reply ``5A type tag len payload crc``; the CRC is
-CRC-8/AUTOSAR (polynomial 0x2F, initial 0xFF, final XOR 0xFF) over the bytes after the sync.
-The numbers of commands, replies and faults are the ones the device is built with (:mod:`wire`).
+CRC-8/AUTOSAR (polynomial 0x2F, initial 0xFF, final XOR 0xFF) over the bytes after the sync,
+computed by :func:`wire.crc8`. The numbers of commands, replies and faults are the ones the
+device is built with (:mod:`wire`).
 """
 
 import struct
 import zlib
 
-from wire import (COMMIT_FORMAT, CRC_INITIAL, CRC_POLYNOMIAL, CRC_XOR, LOAD_HEADER_FORMAT, MAX_LOAD_DATA, MAX_PAYLOAD,
-                  REPLY_SYNC, REQUEST_SYNC, Command, Fault, Reply)
+from wire import (COMMIT_FORMAT, LOAD_HEADER_FORMAT, MAX_LOAD_DATA, MAX_PAYLOAD, REPLY_SYNC, REQUEST_SYNC, Command,
+                  Fault, Reply, crc8)
 
 __all__ = ["crc8", "encode_request", "load_payloads", "commit_payload", "FrameReader", "Command", "Reply", "Fault"]
-
-
-def crc8(data):
-    crc = CRC_INITIAL
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = ((crc << 1) ^ CRC_POLYNOMIAL) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
-    return crc ^ CRC_XOR
 
 
 def encode_request(command, tag, payload=b""):

@@ -9,8 +9,7 @@ import time
 
 from amaranth.sim import Simulator
 
-from host.protocol import crc8
-from wire import REPLY_SYNC
+from wire import REPLY_SYNC, crc8
 
 __all__ = ["send_bytes", "parse_replies", "SimulatedLine"]
 

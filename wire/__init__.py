@@ -11,7 +11,7 @@ import struct
 from dataclasses import astuple, dataclass
 
 __all__ = ["REQUEST_SYNC", "REPLY_SYNC", "MAX_PAYLOAD", "DEFAULT_BAUD", "CRC_POLYNOMIAL", "CRC_INITIAL", "CRC_XOR",
-           "Command", "Reply", "Fault", "Ident", "Stats", "POSITION_FORMAT", "COUNT_FORMAT",
+           "crc8", "Command", "Reply", "Fault", "Ident", "Stats", "POSITION_FORMAT", "COUNT_FORMAT",
            "LOAD_HEADER_FORMAT", "MAX_LOAD_DATA", "COMMIT_FORMAT"]
 
 REQUEST_SYNC = 0xA5
@@ -26,6 +26,17 @@ DEFAULT_BAUD = 3_000_000
 CRC_POLYNOMIAL = 0x2F
 CRC_INITIAL = 0xFF
 CRC_XOR = 0xFF
+
+
+def crc8(data):
+    """CRC-8/AUTOSAR of ``data``, bit by bit as its definition reads (the device uses
+    Amaranth's CRC catalogue: tests/test_board.py holds the two to the check value)."""
+    crc = CRC_INITIAL
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ CRC_POLYNOMIAL) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc ^ CRC_XOR
 
 
 class Command(enum.IntEnum):
