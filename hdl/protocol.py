@@ -202,6 +202,51 @@ class CommandProtocol(wiring.Component):
                 with m.If(self.tx.ready):
                     m.next = then
 
+        def loading_states():
+            """LOAD: the header, then each byte to the memories; every payload byte into the
+            CRC-32. COMMIT: the host's CRC-32 against the device's, then the identity."""
+            with m.State("LOAD_HEADER"):
+                m.d.comb += load_crc.valid.eq(1)
+                m.d.sync += received.eq(received + 1)
+                with m.Switch(received):
+                    with m.Case(0):
+                        m.d.sync += load_memory.eq(buffer_read.data)
+                    for n in range(LOAD_HEADER - 1):
+                        with m.Case(n + 1):
+                            m.d.sync += load_address.word_select(n, 8).eq(buffer_read.data)
+                with m.If(received == LOAD_HEADER - 1):
+                    m.next = "LOAD_DATA"
+            with m.State("LOAD_DATA"):
+                with m.If(received == length):
+                    reply(Reply.OK, "HUNT")
+                with m.Else():
+                    m.d.comb += self.load.valid.eq(1)
+                    with m.If(self.load.ready):
+                        m.d.comb += load_crc.valid.eq(1)
+                        m.d.sync += [received.eq(received + 1), load_address.eq(load_address + 1)]
+            with m.State("COMMIT_CHECK"):
+                # The payload: the sha256, then the host's CRC-32, little-endian.
+                crc_bytes = Array(load_crc.crc.word_select(n, 8) for n in range(4))
+                with m.If((received >= SHA256_BYTES) & (buffer_read.data != crc_bytes[received[:2]])):
+                    m.d.sync += commit_mismatch.eq(1)
+                m.d.sync += received.eq(received + 1)
+                with m.If(received == length - 1):
+                    m.next = "COMMIT_DECIDE"
+            with m.State("COMMIT_DECIDE"):
+                m.d.sync += received.eq(0)
+                with m.If(commit_mismatch):
+                    m.d.comb += load_crc.start.eq(1)
+                    m.d.sync += loading.eq(0)   # what the memories hold is unknown: load again
+                    fail(Fault.LOAD)
+                with m.Else():
+                    m.next = "COMMIT_IDENTITY"
+            with m.State("COMMIT_IDENTITY"):
+                m.d.comb += identity_write.en.eq(1)
+                m.d.sync += received.eq(received + 1)
+                with m.If(received == SHA256_BYTES - 1):
+                    m.d.sync += loaded.eq(1)
+                    m.next = "RESET"   # a new model, a new sequence; RESET ends the load
+
         in_frame = Signal()
         m.d.sync += quiet.eq(Mux(got | ~in_frame, 0, quiet + 1))
         timed_out = quiet == self.timeout
@@ -361,54 +406,7 @@ class CommandProtocol(wiring.Component):
                     with m.Else():
                         reply(Reply.OK, "HUNT")
             if self.loadable:
-                self._loading_states(m, received, length, load_crc, load_memory, load_address, identity_write,
-                                     commit_mismatch, loaded, loading, reply, fail)
+                loading_states()
             sender("HUNT")
             sender("GENERATE_TOKENS")
         return m
-
-    def _loading_states(self, m, received, length, load_crc, load_memory, load_address, identity_write,
-                        commit_mismatch, loaded, loading, reply, fail):
-        """LOAD: the header, then each byte to the memories; every payload byte into the CRC-32.
-        COMMIT: the host's CRC-32 against the device's, then the identity."""
-        with m.State("LOAD_HEADER"):
-            m.d.comb += load_crc.valid.eq(1)
-            m.d.sync += received.eq(received + 1)
-            with m.Switch(received):
-                with m.Case(0):
-                    m.d.sync += load_memory.eq(load_crc.data)
-                for byte in range(LOAD_HEADER - 1):
-                    with m.Case(byte + 1):
-                        m.d.sync += load_address.word_select(byte, 8).eq(load_crc.data)
-            with m.If(received == LOAD_HEADER - 1):
-                m.next = "LOAD_DATA"
-        with m.State("LOAD_DATA"):
-            with m.If(received == length):
-                reply(Reply.OK, "HUNT")
-            with m.Else():
-                m.d.comb += self.load.valid.eq(1)
-                with m.If(self.load.ready):
-                    m.d.comb += load_crc.valid.eq(1)
-                    m.d.sync += [received.eq(received + 1), load_address.eq(load_address + 1)]
-        with m.State("COMMIT_CHECK"):
-            # The payload: the sha256, then the host's CRC-32, little-endian.
-            crc_bytes = Array(load_crc.crc.word_select(n, 8) for n in range(4))
-            with m.If((received >= SHA256_BYTES) & (load_crc.data != crc_bytes[received[:2]])):
-                m.d.sync += commit_mismatch.eq(1)
-            m.d.sync += received.eq(received + 1)
-            with m.If(received == length - 1):
-                m.next = "COMMIT_DECIDE"
-        with m.State("COMMIT_DECIDE"):
-            m.d.sync += received.eq(0)
-            with m.If(commit_mismatch):
-                m.d.comb += load_crc.start.eq(1)
-                m.d.sync += loading.eq(0)   # what the memories hold is unknown: load again
-                fail(Fault.LOAD)
-            with m.Else():
-                m.next = "COMMIT_IDENTITY"
-        with m.State("COMMIT_IDENTITY"):
-            m.d.comb += identity_write.en.eq(1)
-            m.d.sync += received.eq(received + 1)
-            with m.If(received == SHA256_BYTES - 1):
-                m.d.sync += loaded.eq(1)
-                m.next = "RESET"   # a new model, a new sequence; RESET ends the load

@@ -45,6 +45,16 @@ class Bound:
     def clamp(self, lo, hi):
         return Bound(min(max(self.lo, lo), hi), min(max(self.hi, lo), hi))
 
+    @classmethod
+    def signed(cls, bits):
+        """Every value of a ``bits``-bit two's complement signal."""
+        return cls(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+    def __mul__(self, other):
+        """The bound of a product of a value in ``self`` and one in ``other``."""
+        corners = (self.lo * other.lo, self.lo * other.hi, self.hi * other.lo, self.hi * other.hi)
+        return Bound(min(corners), max(corners))
+
     def times(self, constant):
         ends = (self.lo * constant, self.hi * constant)
         return Bound(min(ends), max(ends))
@@ -66,11 +76,6 @@ def matvec_bound(inputs, matrix):
         los.append(lo)
         his.append(hi)
     return Bound(min(los), max(his))
-
-
-def _product(a, b):
-    corners = (a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)
-    return Bound(min(corners), max(corners))
 
 
 class ModelBounds(dict):
@@ -144,7 +149,7 @@ def _layer_bounds(model, layer, x):
         to8(name, f"acc_{name}", pair)
 
     rows = model.seq_len
-    term = _product(b["q"], b["k"])
+    term = b["q"] * b["k"]
     b["scores"] = Bound(term.lo * model.head_dim, term.hi * model.head_dim)
     b["score_gap"] = Bound(0, b["scores"].hi - b["scores"].lo)
     requant("lut_index", "score_gap", "M_score")

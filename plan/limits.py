@@ -13,7 +13,7 @@ reach, every intermediate of every layer, for the plan to size the datapaths fro
 import dataclasses
 from dataclasses import dataclass
 
-from int8model.bounds import Bound, analyse
+from int8model.bounds import Bound, analyse, signed_bits
 
 __all__ = ["Limits", "LimitError", "limits_for", "check_limits", "envelope", "WIDE"]
 
@@ -27,15 +27,6 @@ SHAPE_FIELDS = ("d_model", "n_heads", "d_ff", "vocab", "seq_len", "n_layers")
 
 class LimitError(ValueError):
     """A model a loadable build cannot take: the field, the layer, its value and the limit."""
-
-
-def _signed(bits):
-    return Bound(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-
-
-def _product(a, b):
-    corners = (a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi)
-    return Bound(min(corners), max(corners))
 
 
 @dataclass(frozen=True)
@@ -82,8 +73,10 @@ def _needs(model):
     return {
         "max_nlut": model.nlut,
         "exp_bits": max(1, int(model.exp_lut.max()).bit_length()),
-        "multiplier_bits": max(Bound(pair[0], pair[0]).bits for layer in model.layers for pair in layer.requant.values()),
-        "embedding_bits": max(Bound(int(values.min()), int(values.max())).bits for values in (model.embed, model.positions)),
+        "multiplier_bits": max(signed_bits(multiplier, multiplier)
+                               for layer in model.layers for multiplier, _ in layer.requant.values()),
+        "embedding_bits": max(signed_bits(int(values.min()), int(values.max()))
+                              for values in (model.embed, model.positions)),
         "residual_bits": max(layer[name].bits for layer in bounds.layers for name, field in WIDE.items()
                              if field == "residual_bits"),
         "hidden_bits": max(layer["hid"].bits for layer in bounds.layers),
@@ -109,7 +102,7 @@ def check_limits(model, limits):
     pairs = [(f"requant.{key}" + (f" of layer {index}" if model.n_layers > 1 else ""), pair)
              for index, layer in enumerate(model.layers) for key, pair in layer.requant.items() if key != "r_out"]
     for where, (multiplier, _) in pairs + [("requant.r_out", model.r_out)]:
-        bits = Bound(multiplier, multiplier).bits
+        bits = signed_bits(multiplier, multiplier)
         if bits > limits.multiplier_bits:
             raise LimitError(f"{where} has multiplier {multiplier}, {bits} bits; this build's multipliers are "
                              f"{limits.multiplier_bits}-bit")
@@ -127,17 +120,17 @@ def check_limits(model, limits):
 def envelope(limits):
     """The bounds of every intermediate of a step, as :func:`int8model.bounds.analyse` names
     them, that any model within ``limits`` can reach: one dict per layer, then the top's."""
-    multiplier = _signed(limits.multiplier_bits)
-    residual, hidden = _signed(limits.residual_bits), _signed(limits.hidden_bits)
+    multiplier = Bound.signed(limits.multiplier_bits)
+    residual, hidden = Bound.signed(limits.residual_bits), Bound.signed(limits.hidden_bits)
     d, dff, rows, head_dim = limits.d_model, limits.d_ff, limits.seq_len, limits.head_dim
     weight = Bound(0, (1 << limits.exp_bits) - 1)
 
     def accumulator(inputs):  # int8 inputs times int8 weights, summed over ``inputs`` rows
-        return _product(INT8, INT8).times(inputs)
+        return (INT8 * INT8).times(inputs)
 
     def requant(b, source, name, result):
         # Any shift of a product keeps it within the product's bound, which holds 0.
-        product = _product(b[source], multiplier)
+        product = b[source] * multiplier
         b[f"{source}*{name}"] = product
         return result if result is not None else product
 
@@ -166,6 +159,6 @@ def envelope(limits):
     layer["acc_f"] = accumulator(dff)
     layer["f"] = requant(layer, "acc_f", "M_f", residual)
     layer["s2"] = residual
-    top = {"oi": requant({"s2": residual}, "s2", "r_out", INT8), "s2*r_out": _product(residual, multiplier),
+    top = {"oi": requant({"s2": residual}, "s2", "r_out", INT8), "s2*r_out": residual * multiplier,
            "logits": accumulator(d)}
     return [dict(layer) for _ in range(limits.n_layers)], top

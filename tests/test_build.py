@@ -139,6 +139,11 @@ def test_bitstream_for_the_shipped_model(tmp_path):
     # The line, not the engine, bounds what a host receives: about a byte and a half to two a token.
     assert report["host"]["tokens_per_second"] < report["tokens_per_second"]
     assert 1 < report["host"]["line_bytes_per_token"] < 3
+    # Within the framing's extremes (docs/protocol.md: five bytes a frame, seven of request and of
+    # OK): the first token alone, then the rest in one reply; or every token a reply of its own.
+    count = report["host"]["count"]
+    fewest, most = 7 + 6 + (5 + count - 1) + 7, 7 + 6 * count + 7
+    assert fewest / count <= report["host"]["line_bytes_per_token"] <= most / count
     # nextpnr's fmax is its critical path's delay; the path runs through the design's own lines.
     assert report["critical_path"]["delay_ns"] == pytest.approx(1000 / report["fmax_mhz"], rel=0.05)
     assert all(line.startswith(("hdl/", "boards/")) for line in report["critical_path"]["sources"])

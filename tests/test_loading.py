@@ -3,6 +3,7 @@ simulator (docs/loading.md). The frames and the CRC-32 are the host's (``host.pr
 written from the documentation; behind the engine port, a stand-in that records every command
 it is given, so that a step on a half-loaded model would be seen."""
 
+import dataclasses
 import struct
 
 import numpy as np
@@ -106,7 +107,7 @@ def session(steps, *, holds_model):
 
 
 def ident_with(sha):
-    return IDENT.__class__(sha, *list(IDENT.__dict__.values())[1:]).pack()
+    return dataclasses.replace(IDENT, sha256=sha).pack()
 
 
 def load_steps(first_tag, images=IMAGES, skip=None, pos=0):

@@ -76,7 +76,7 @@ COUNT_FORMAT = "<H"
 # A LOAD's header: the memory (docs/loading.md) and the byte address of the chunk's first byte
 # in that memory's image (24 bits: the low 16 as "<H", then the high 8).
 LOAD_HEADER_FORMAT = "<BHB"
-MAX_LOAD_DATA = MAX_PAYLOAD - 4
+MAX_LOAD_DATA = MAX_PAYLOAD - struct.calcsize(LOAD_HEADER_FORMAT)
 COMMIT_FORMAT = "<32sI"
 
 
