@@ -61,11 +61,13 @@ class Requant(wiring.Component):
             inputs["addend"] = signed(plan.addend_bits)
         if plan.multiplier_input:
             inputs["multiplier"] = signed(plan.multiplier_bits)
+        if plan.loaded:
+            inputs["shift"] = unsigned(plan.SHIFT_BITS)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout(inputs))),
             "o": Out(stream.Signature(data.StructLayout(
                 {name: shape for name, shape in dict(inputs, value=signed(plan.out_bits)).items()
-                 if name not in ("addend", "multiplier")}))),
+                 if name not in ("addend", "multiplier", "shift")}))),
         })
 
     def multiplier_of(self, select):
@@ -89,7 +91,10 @@ class Requant(wiring.Component):
         valid1 = Signal()
         addend = Signal(signed(self.plan.product_bits))
         multiplier_in = self.i.payload.multiplier if self.plan.multiplier_input else self.multiplier_of(select)
+        loaded = self.plan.loaded
+        shift = Signal(unsigned(self.plan.SHIFT_BITS))
         stage1 = [
+            *([shift.eq(self.i.payload.shift)] if loaded else []),
             addend.eq(self.i.payload.addend if self.plan.addend_bounds is not None else 0),
             value.eq(self.i.payload.value),
             multiplier.eq(multiplier_in),
@@ -108,7 +113,11 @@ class Requant(wiring.Component):
         # The addend goes up by the rule's shift beside it (a multiplexer of constant shifts).
         select2, tag2, valid2 = select1, tag1, valid1
         adds = self.plan.addend_bounds or [None] * len(rules)
-        shifted_addend = Array(addend << r.shift if a is not None else Const(0) for r, a in zip(rules, adds))[select1]
+        if loaded:  # added after the shift, which is not a constant
+            shifted_addend = Const(0)
+        else:
+            shifted_addend = Array(addend << r.shift if a is not None else Const(0)
+                                   for r, a in zip(rules, adds))[select1]
         product = Signal(signed(self.plan.product_bits))
         if self.plan.shift_only:
             m.d.comb += product.eq(Array(value << (r.multiplier.bit_length() - 1) if r.multiplier else Const(0)
@@ -121,28 +130,44 @@ class Requant(wiring.Component):
                 # Stage 1's value and multiplier are the multipliers' own operand registers.
                 terms = operand_terms(m, platform, self.i.payload.value, multiplier_in, advance, self.plan.product_bits,
                                       "product")
-            if self.plan.addend_bounds is not None:
+            if self.plan.addend_bounds is not None and not loaded:
                 addend2 = Signal(signed(self.plan.product_bits), name="addend2")
                 with m.If(advance):
                     m.d.sync += addend2.eq(shifted_addend)
                 terms.append(addend2)
             m.d.comb += product.eq(sum(terms[1:], terms[0]))
             product_cycles = 1
-        # The rule, tag and valid flag follow the product, as many cycles later.
-        for stage in range(product_cycles):
-            later = (Signal.like(select1, name=f"select2_{stage}"),
-                     Signal(self.tag_shape, name=f"tag2_{stage}"), Signal(name=f"valid2_{stage}"))
+        # The rule, tag and valid flag follow the product, as many cycles later (a loaded
+        # rule's shift and addend too).
+        def follow(name):
+            nonlocal select2, tag2, valid2, shift, addend
+            later = (Signal.like(select1, name=f"select{name}"), Signal(self.tag_shape, name=f"tag{name}"),
+                     Signal(name=f"valid{name}"), Signal.like(shift, name=f"shift{name}"),
+                     Signal.like(addend, name=f"addend{name}"))
             with m.If(advance):
                 m.d.sync += [later[0].eq(select2), later[1].eq(tag2), later[2].eq(valid2)]
-            select2, tag2, valid2 = later
+                if loaded:
+                    m.d.sync += [later[3].eq(shift), later[4].eq(addend)]
+            select2, tag2, valid2, shift, addend = later
+        for stage in range(product_cycles):
+            follow(f"2_{stage}")
 
         if self.plan.sum_stage:
             summed = Signal.like(product, name="summed")
-            later = (Signal.like(select1, name="select3"), Signal(self.tag_shape, name="tag3"), Signal(name="valid3"))
             with m.If(advance):
-                m.d.sync += [summed.eq(product), later[0].eq(select2), later[1].eq(tag2), later[2].eq(valid2)]
+                m.d.sync += summed.eq(product)
             product = summed
-            select2, tag2, valid2 = later
+            follow("3")
+
+        if loaded:
+            # A loaded rule's shift, a shifter of its own stage; its addend after it. Any
+            # shift of the product stays within its range, and so the sum within product_bits.
+            shifted = Signal.like(product, name="shifted")
+            with m.If(advance):
+                m.d.sync += shifted.eq(product >> shift)
+            follow("4")
+            product = Signal.like(product, name="shifted_sum")
+            m.d.comb += product.eq(shifted + addend)
 
         # Stage 3: the sum of the halves (and the addend; a stage before with sum_stage), the
         # rule's shift (a constant per rule, so a multiplexer, not a shifter) and, beside it,
@@ -151,10 +176,11 @@ class Requant(wiring.Component):
         # negative and one is clear. Then a register slice, so that the pipeline's enable comes
         # from registers and the consumer's readiness goes no further than the slice.
         negative = product[-1]
-        shifted = Array(product >> rule.shift for rule in rules)[select2]
+        shifts = [0 if loaded else rule.shift for rule in rules]  # a loaded rule's is applied
+        shifted = Array(product >> s for s in shifts)[select2]
         to_zero = Array(Const(rule.relu) & negative for rule in rules)[select2]
-        to_high = Array(Const(rule.saturate) & ~negative & product[rule.shift + 7:].any() for rule in rules)[select2]
-        to_low = Array(Const(rule.saturate) & negative & ~product[rule.shift + 7:].all() for rule in rules)[select2]
+        to_high = Array(Const(rule.saturate) & ~negative & product[s + 7:].any() for rule, s in zip(rules, shifts))[select2]
+        to_low = Array(Const(rule.saturate) & negative & ~product[s + 7:].all() for rule, s in zip(rules, shifts))[select2]
         result = Mux(to_zero, 0, Mux(to_high, 127, Mux(to_low, -128, shifted)))
         if any(self.plan.tables):
             # A rule followed by a table reads it from its own shifted sum (wiring, as its shift

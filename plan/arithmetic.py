@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from int8model.bounds import Bound, signed_bits
 
-__all__ = ["Rule", "ResultTable", "multiplier_bits", "signed_digits", "constant_requant_latency",
+__all__ = ["Rule", "LoadedRule", "ResultTable", "multiplier_bits", "signed_digits", "constant_requant_latency",
            "MULTIPLIER_BITS", "LOW_BITS", "SHIFT_ADD_BITS", "Piece", "pieces", "product_stages",
            "ProductTerm", "product_terms", "piece_value", "constant_product_terms", "product_multipliers",
            "saturating_gap"]
@@ -84,9 +84,45 @@ class Rule:
         return out
 
 
+@dataclass(frozen=True)
+class LoadedRule:
+    """A requant rule of a loadable build: its ReLU and saturation are the stage's (the format's),
+    its multiplier (``multiplier_bits`` signed) and shift (0..63) come from registers the load
+    writes. ``result``: the range its results stay in for every model the build's limits admit
+    (``None``: as its clamps leave the product), the limits' check having held the model to it."""
+    multiplier_bits: int
+    relu: bool = False
+    saturate: bool = True
+    result: Bound | None = None
+
+    @property
+    def multiplier_bound(self):
+        return Bound.signed(self.multiplier_bits)
+
+    def product_bound(self, bound):
+        return bound * self.multiplier_bound
+
+    def sum_bound(self, bound, addend=None):
+        """The range of ``(x · M >> S) + addend``: any shift of a product stays within the
+        product's range, which holds 0. A loaded rule adds after its shift (the shift is not a
+        constant, so the addend is not shifted up to meet the product)."""
+        return self.product_bound(bound) + (addend or Bound(0, 0))
+
+    def result_bound(self, bound, addend=None):
+        if self.result is not None:
+            return self.result
+        out = self.sum_bound(bound, addend)
+        if self.relu:
+            out = out.clamp(0, max(out.hi, 0))
+        if self.saturate:
+            out = out.clamp(-128, 127)
+        return out
+
+
 def multiplier_bits(rules):
     """The width of a signal that holds any of the rules' multipliers."""
-    return max(signed_bits(r.multiplier, r.multiplier) for r in rules)
+    return max(r.multiplier_bits if isinstance(r, LoadedRule) else signed_bits(r.multiplier, r.multiplier)
+               for r in rules)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from int8model.bounds import Bound
 
-from .arithmetic import ResultTable, Rule, multiplier_bits, product_multipliers
+from .arithmetic import LoadedRule, ResultTable, Rule, multiplier_bits, product_multipliers
 
 __all__ = ["RequantPlan", "requant_plan", "DividerPlan", "divider_plan", "union"]
 
@@ -21,7 +21,9 @@ class RequantPlan:
     ``tables[i]``: rule ``i``'s results go through a :class:`~.arithmetic.ResultTable` in the
     same last stage. ``registered_input``: the producer's registers are the first stage.
     ``multiplier_input``: each input carries its rule's multiplier. ``sum_stage``: the
-    product's terms are added in a stage of their own.
+    product's terms are added in a stage of their own. ``loaded``: every rule is a
+    :class:`~.arithmetic.LoadedRule`, each input carrying its multiplier and shift; the shift
+    takes a stage of its own and the addend is added after it.
     """
     rules: tuple
     rule_bounds: tuple
@@ -40,6 +42,9 @@ class RequantPlan:
     shift_only: bool
     latency: int
     multipliers: int
+    loaded: bool = False
+
+    SHIFT_BITS = 6  # a loaded rule's shift, 0..63
 
 
 def requant_plan(in_bound, rules, *, registered_input=False, addend_bounds=None, multiplier_input=False,
@@ -50,8 +55,11 @@ def requant_plan(in_bound, rules, *, registered_input=False, addend_bounds=None,
     rules = tuple(rules)
     if not rules:
         raise ValueError("a requant unit needs at least one rule")
+    loaded = any(isinstance(rule, LoadedRule) for rule in rules)
+    if loaded and not (all(isinstance(rule, LoadedRule) for rule in rules) and multiplier_input and not any(followed_by or ())):
+        raise ValueError("loaded rules come all together, with their multipliers on the input, and no table")
     for rule in rules:
-        if not 0 <= rule.shift <= 63:
+        if not loaded and not 0 <= rule.shift <= 63:
             raise ValueError(f"shift {rule.shift} is outside 0..63")
     rule_bounds = tuple(in_bound) if isinstance(in_bound, (list, tuple)) else (in_bound,) * len(rules)
     if len(rule_bounds) != len(rules):
@@ -75,7 +83,7 @@ def requant_plan(in_bound, rules, *, registered_input=False, addend_bounds=None,
         results[index] = tables[index].out_bound
     whole = union(*rule_bounds)
     bits = multiplier_bits(rules)
-    shift_only = all(r.multiplier >= 0 and r.multiplier & (r.multiplier - 1) == 0 for r in rules)
+    shift_only = not loaded and all(r.multiplier >= 0 and r.multiplier & (r.multiplier - 1) == 0 for r in rules)
     out = union(*results)
     return RequantPlan(
         rules=rules, rule_bounds=rule_bounds, addend_bounds=addend_bounds, tables=tuple(tables),
@@ -87,9 +95,9 @@ def requant_plan(in_bound, rules, *, registered_input=False, addend_bounds=None,
         shift_only=shift_only,
         # Stage 1 registers the input (unless the producer's registers are it), stage 2 the
         # product (none where every multiplier is a power of two), then the sum (with
-        # sum_stage) and the result.
-        latency=(not registered_input) + (not shift_only) + sum_stage + 1,
-        multipliers=0 if shift_only else product_multipliers(whole.bits, True, bits, True))
+        # sum_stage), the loaded shift, and the result.
+        latency=(not registered_input) + (not shift_only) + sum_stage + loaded + 1,
+        multipliers=0 if shift_only else product_multipliers(whole.bits, True, bits, True), loaded=loaded)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import numpy as np
 
 from hdl.requant import Requant
 from int8model.bounds import Bound
-from plan.arithmetic import Rule
+from plan.arithmetic import LoadedRule, Rule
 from plan.requant import requant_plan
 from int8model.golden import c8, rq
 
@@ -29,8 +29,12 @@ def build(params):
     in_bound = rule_bounds(params) if isinstance(bounds[0], list) else Bound(*bounds)
     addends = params.get("addend_bounds")
     followed_by = params.get("followed_by")
+    rules = [Rule(*r) for r in params["rules"]]
+    loaded = params.get("loaded")  # the multipliers' width: each input brings its rule
+    if loaded:
+        rules = [LoadedRule(loaded, rule.relu, rule.saturate) for rule in rules]
     return Requant(requant_plan(
-        in_bound, [Rule(*r) for r in params["rules"]],
+        in_bound, rules,
         registered_input=params.get("registered_input", False),
         multiplier_input=params.get("multiplier_input", False),
         sum_stage=params.get("sum_stage", False),
@@ -51,11 +55,12 @@ def expected(rule, value, addend=0):
 async def requant_matches_golden(dut):
     params = bench_params()
     unit = build(params)
+    rules = [Rule(*r) for r in params["rules"]]  # the values: a loaded unit's come with each input
     rng = random.Random(params["seed"])
     bounds = rule_bounds(params)
     items = []
     for i in range(params["count"]):
-        select = rng.randrange(len(unit.rules))
+        select = rng.randrange(len(rules))
         lo, hi = bounds[select].lo, bounds[select].hi
         edges = [lo, hi, 0, -1, 1, lo + 1, hi - 1]
         value = edges[i % len(edges)] if i < 4 * len(edges) else rng.randint(lo, hi)
@@ -64,7 +69,9 @@ async def requant_matches_golden(dut):
         if len(unit.rules) > 1:
             item["select"] = select
         if unit.plan.multiplier_input:
-            item["multiplier"] = unit.rules[select].multiplier
+            item["multiplier"] = rules[select].multiplier
+        if unit.plan.loaded:
+            item["shift"] = rules[select].shift
         if unit.plan.addend_bounds is not None:
             adds = unit.plan.addend_bounds[select]
             item["addend"] = 0 if adds is None else rng.choice([adds.lo, adds.hi, rng.randint(adds.lo, adds.hi)])
@@ -75,7 +82,7 @@ async def requant_matches_golden(dut):
     cocotb.start_soon(source.send(items))
     got = await sink.receive(len(items))
     for item, out in zip(items, got):
-        rule = unit.rules[item.get("select", 0)]
+        rule = rules[item.get("select", 0)]
         want = expected(rule, item["value"], item.get("addend", 0))
         table = unit.plan.tables[item.get("select", 0)]
         if table is not None:

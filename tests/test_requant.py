@@ -8,7 +8,7 @@ from int8model import load
 from int8model.bounds import Bound
 from int8model.format import REQUANTS
 from int8model.synthetic import random_model
-from plan.arithmetic import ResultTable, Rule, signed_digits
+from plan.arithmetic import LoadedRule, ResultTable, Rule, signed_digits
 from plan.requant import requant_plan
 from sim.bench_requant import build
 from sim.latency import one_item
@@ -27,13 +27,13 @@ EDGE_RULES = [
 
 
 def run(name, in_bound, rules, seed, count=2000, registered_input=False, addend_bounds=None, multiplier_input=False,
-        sum_stage=False, followed_by=None, platform=None):
+        sum_stage=False, followed_by=None, platform=None, loaded=None):
     bounds = [[b.lo, b.hi] for b in in_bound] if isinstance(in_bound, list) else [in_bound.lo, in_bound.hi]
     params = {"in_bound": bounds,
               "rules": [[r.multiplier, r.shift, r.relu, r.saturate] for r in rules],
               "seed": seed, "count": count, "registered_input": registered_input,
               "addend_bounds": None if addend_bounds is None else [a and [a.lo, a.hi] for a in addend_bounds],
-              "multiplier_input": multiplier_input, "sum_stage": sum_stage,
+              "multiplier_input": multiplier_input, "sum_stage": sum_stage, "loaded": loaded,
               "followed_by": followed_by and [r and [r.multiplier, r.shift, r.relu, r.saturate] for r in followed_by]}
     run_bench(build(params), name=name,
               test_module="sim.bench_requant", params=params, platform=platform)
@@ -90,6 +90,33 @@ def test_multipliers_from_the_input():
     """Each input brings its rule's multiplier (the epilogue's last requant): the same results."""
     run("requant_multiplier_input", Bound(-2**21, 2**21 - 1), EDGE_RULES, seed=10, registered_input=True,
         multiplier_input=True)
+
+
+LOADED = [  # a loadable build's rules: an 18-bit multiplier, any shift, ReLU and clamps as the stage has them
+    (Bound(-2**20, 2**20), Rule(131071, 0, saturate=False), Bound(-2**23, 2**23 - 1)),
+    (Bound(-2**20, 2**20), Rule(-131072, 63), None),
+    (Bound(-2**20, 2**20), Rule(17417, 18, saturate=False), Bound(-30_000, 30_000)),
+    (Bound(-2**20, 2**20), Rule(19113, 19, relu=True, saturate=False), None),
+    (Bound(-2**20, 2**20), Rule(-98765, 7), Bound(-2**20, 2**20)),
+    (Bound(-2**20, 2**20), Rule(3, 1), None),
+    (Bound(-2**20, 2**20), Rule(0, 0, saturate=False), None),
+    (Bound(-2**20, 2**20), Rule(1, 0), Bound(-5, 5)),
+]
+
+
+@pytest.mark.parametrize("registered_input, sum_stage", [(False, False), (True, True)])
+def test_loaded_rules(registered_input, sum_stage):
+    """A loadable build's requant: each input brings its rule's multiplier and shift (any
+    shift, so a shifter), the addend added after the shift; against the golden model."""
+    bounds, rules, addends = zip(*LOADED)
+    loaded = [LoadedRule(18, r.relu, r.saturate) for r in rules]
+    plan = requant_plan(list(bounds), loaded, addend_bounds=list(addends), multiplier_input=True,
+                        registered_input=registered_input, sum_stage=sum_stage)
+    assert plan.loaded and plan.multiplier_bits == 18 and not plan.shift_only
+    assert plan.latency == (not registered_input) + 1 + sum_stage + 1 + 1
+    run(f"requant_loaded{'_registered' if registered_input else ''}", list(bounds), list(rules), seed=12,
+        count=1500, registered_input=registered_input, addend_bounds=list(addends), multiplier_input=True,
+        sum_stage=sum_stage, loaded=18)
 
 
 def test_addends_to_powers_of_two():
