@@ -105,7 +105,7 @@ def main(argv=None):
         model = load(args.model)
         print(model.identity_line)
         plan = plan_from_arguments(model, args)
-        contents = make_contents(plan, model)
+        contents = None if plan.loadable else make_contents(plan, model)
         if args.clock is not None:
             clock_hz = pll_parameters(args.clock)[3]
             error = divisor_for(clock_hz, args.baud)[1]

@@ -1,4 +1,4 @@
-from amaranth.hdl import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -7,6 +7,7 @@ from .divider import FloorDivider
 from .fanout import replicas
 from .fifo import StreamFIFO
 from .kv_cache import CacheRead
+from .loader import connect_load, load_port
 from .product import dsp_product, lut_product, operand_terms, split_product, tree_sum
 
 __all__ = ["Attention"]
@@ -63,7 +64,7 @@ class Attention(wiring.Component):
     WEIGHT_LATENCY = 7
     SELECT_COLUMNS = 4   # columns of multipliers per copy of the phase register
 
-    def __init__(self, plan, exp_entries=None):
+    def __init__(self, plan, exp_entries=None, *, rules=None):
         self.plan = plan
         self.d_model, self.n_heads, self.seq_len = plan.d_model, plan.n_heads, plan.seq_len
         self.ways, self.rows, self.groups, self.head_dim = plan.ways, plan.rows, plan.groups, plan.head_dim
@@ -78,8 +79,14 @@ class Attention(wiring.Component):
         if len(self.exp_entries) != plan.exp_depth:
             raise ValueError(f"{len(self.exp_entries)} exp table entries, the plan reads {plan.exp_depth}")
         self.layers = plan.layers
+        if plan.loaded and rules is None:
+            raise ValueError("a loadable build's attention reads M_score from the rule registers")
+        self.rules = rules
         layer = {} if self.layers == 1 else {"layer": range(self.layers)}
+        loads = {"load_exp": In(load_port(plan.exp_depth, max(1, self.weight_bits))),
+                 "load_ctx": In(load_port(plan.ctx_table_depth, 8))}
         super().__init__({
+            **(loads if plan.loaded else {}),
             "i": In(stream.Signature(data.StructLayout({
                 "q": data.ArrayLayout(signed(8), self.d_model), "pos": range(self.seq_len), **layer}))),
             "cache": Out(CacheRead(plan.cache)),
@@ -108,7 +115,11 @@ class Attention(wiring.Component):
         # A deep model's query brings its layer: its cache rows, its M_score, its r_ctx.
         layer = Signal(range(self.layers))
         score_multiplier = Signal(signed(plan.score_multiplier_bits))
-        if self.layers > 1:
+        score_shift = None
+        if plan.loaded:  # the query's layer's, from the rule registers
+            loaded_multiplier, score_shift = self.rules.score(layer if self.layers > 1 else 0)
+            m.d.comb += score_multiplier.eq(loaded_multiplier)
+        elif self.layers > 1:
             m.d.comb += score_multiplier.eq(Array(Const(r.multiplier, signed(plan.score_multiplier_bits))
                                                   for r in plan.score_rules)[layer])
         pos = Signal(range(self.seq_len))
@@ -260,6 +271,8 @@ class Attention(wiring.Component):
             m.submodules[f"exp_lut{r}"] = lut = memory.Memory(
                 shape=unsigned(max(1, self.weight_bits)), depth=len(entries), init=entries,
                 attrs={"rom_style": plan.exp_style, "ram_style": plan.exp_style})
+            if plan.loaded:  # every copy takes the load's entries
+                connect_load(m, lut, self.load_exp)
             for g in range(heads):
                 # The gap from the maximum, into a register beside the score memory (its read
                 # and the subtraction, then the clamp and the far operand register, were one
@@ -269,7 +282,7 @@ class Attention(wiring.Component):
                 clamped_gap = Signal(unsigned(k), name=f"clamped_gap{r}_{g}")
                 m.d.comb += clamped_gap.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
                 # A layer's M_score: a constant, or, for a deep model, the query's layer's.
-                multiplier = self.score_rule.multiplier if self.layers == 1 else score_multiplier
+                multiplier = self.score_rule.multiplier if self.layers == 1 and not plan.loaded else score_multiplier
                 if self.gap_stages == 1:
                     # The clamped gap goes into the multiplier's own operand register: the
                     # route from the score memory then ends in the DSP block, and only the
@@ -280,8 +293,12 @@ class Attention(wiring.Component):
                     operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
                     m.d.sync += operand.eq(clamped_gap)
                     scaled = split_product(m, operand, multiplier, 1, plan.scaled_bound.bits, f"scaled{r}_{g}")
-                index = scaled >> rule.shift if self.layers == 1 else \
-                    Array(scaled >> r.shift for r in plan.score_rules)[layer]
+                if plan.loaded:
+                    index = scaled >> score_shift
+                elif self.layers == 1:
+                    index = scaled >> rule.shift
+                else:
+                    index = Array(scaled >> r.shift for r in plan.score_rules)[layer]
                 lut_index = Signal(range(len(entries)), name=f"lut_index{r}_{g}")
                 if self.exp_spread:
                     m.d.comb += lut_index.eq(index)
@@ -358,6 +375,19 @@ class Attention(wiring.Component):
         m.submodules.context = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
         wiring.connect(m, queue.o, wiring.flipped(self.o))
         dividing = Signal()
+        if plan.loaded:
+            # r_ctx by a table of its results, each layer's 256 (the load's): the dividers'
+            # words a cycle later, through each column's copy.
+            delayed = Signal(word)
+            delayed_valid = Signal()
+            into_queue = Signal(self.o.payload.shape())
+            m.d.comb += [queue.i.valid.eq(delayed_valid), queue.i.payload.eq(into_queue)]
+            ctx_reads = []
+            for k in range(ways):
+                m.submodules[f"ctx_table{k}"] = table = memory.Memory(
+                    shape=8, depth=plan.ctx_table_depth, init=[], attrs={"ram_style": "block"})
+                connect_load(m, table, self.load_ctx)
+                ctx_reads.append(table.read_port())
         for k in range(ways):
             # r_ctx on the quotient, in the divider's last stage (a table of its results).
             divider = FloorDivider(plan.divider, tag_shape=word if k == 0 else unsigned(0))
@@ -368,9 +398,24 @@ class Attention(wiring.Component):
                 *([divider.i.payload.layer.eq(layer)] if divider.layers > 1 else []),
                 divider.i.payload.num.eq(num[k] if k < d else 0),
                 divider.i.payload.den.eq(column_dens[min(k, d - 1)]),
-                queue.i.payload.values[k].eq(out.payload.value),
                 out.ready.eq(1),
             ]
+            if plan.loaded:
+                read = ctx_reads[k]
+                if k == 0:
+                    word_out = out  # the first divider's tag: the word's layer (the query's may be the next's)
+                m.d.comb += [read.addr.eq(Cat(out.payload.value[:8], word_out.payload.tag.layer) if self.layers > 1
+                                          else out.payload.value[:8]),
+                             into_queue.values[k].eq(read.data.as_signed())]
+                if k == 0:
+                    m.d.sync += [delayed_valid.eq(out.valid), delayed.eq(out.payload.tag)]
+                    m.d.comb += [divider.i.payload.tag.count.eq(Mux(d - column < ways, d - column, ways)),
+                                 divider.i.payload.tag.last.eq(d - column <= ways),
+                                 into_queue.count.eq(delayed.count), into_queue.last.eq(delayed.last)]
+                    if self.layers > 1:
+                        m.d.comb += [divider.i.payload.tag.layer.eq(layer), into_queue.layer.eq(delayed.layer)]
+                continue
+            m.d.comb += queue.i.payload.values[k].eq(out.payload.value)
             if k == 0:
                 remaining = d - column
                 m.d.comb += [

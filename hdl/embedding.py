@@ -3,6 +3,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .fifo import SkidBuffer
+from .loader import connect_load, load_port
 
 __all__ = ["Embedding"]
 
@@ -21,6 +22,8 @@ class Embedding(wiring.Component):
         The column past every vector (the epilogues'), for the places of a last word past
         ``d_model``.
     token_words, position_words : lists of words (``plan.contents.embedding_words``), or ``None`` (zero)
+    loadable : bool
+        The tables take a loadable build's words on ``load_token`` and ``load_position``.
 
     Ports
     -----
@@ -35,15 +38,18 @@ class Embedding(wiring.Component):
     a cycle after it.
     """
 
-    def __init__(self, plan, scratch, token_words=None, position_words=None):
-        self.plan, self.scratch = plan, scratch
+    def __init__(self, plan, scratch, token_words=None, position_words=None, *, loadable=False):
+        self.plan, self.scratch, self.loadable = plan, scratch, loadable
         self.token_words, self.position_words = token_words or [], position_words or []
         self.word_layout = data.ArrayLayout(data.StructLayout({
             "value": signed(plan.x_bound.bits), "tag": range(scratch + 1)}), plan.ways)
+        loads = {"load_token": In(load_port(plan.token_depth, plan.ways * plan.token_bits)),
+                 "load_position": In(load_port(plan.position_depth, plan.ways * plan.position_bits))}
         super().__init__({
             "start": In(stream.Signature(data.StructLayout({
                 "token": range(plan.vocab), "position": range(plan.seq_len + 1)}))),
             "o": Out(stream.Signature(self.word_layout)),
+            **(loads if loadable else {}),
         })
 
     def elaborate(self, platform):
@@ -57,6 +63,8 @@ class Embedding(wiring.Component):
             table = memory.Memory(shape=data.ArrayLayout(signed(bits), ways), depth=depth, init=words_init,
                                   attrs={"ram_style": "block", "rom_style": "block"})
             m.submodules[name] = table
+            if self.loadable:
+                connect_load(m, table, getattr(self, f"load_{name}"))
             return table.read_port()
         token_read = rom("token", self.token_words, plan.token_bits, plan.token_depth)
         position_read = rom("position", self.position_words, plan.position_bits, plan.position_depth)

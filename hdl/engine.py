@@ -1,6 +1,8 @@
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In
 
+from plan.loading import load_targets, rule_layout
 from plan.schedule import LAYER_MATRICES, MATRICES, Matrix, Stage, matrix_index
 
 from .argmax import ArgMax
@@ -10,9 +12,11 @@ from .epilogue import Epilogue
 from .fifo import RegisterSlice, SkidBuffer, StreamFIFO
 from .interface import EngineControl
 from .kv_cache import KVCache
+from .loader import ModelLoader, RuleRegisters
 from .matvec import MatVec
 from .matvec_hidden import HiddenMatVec
 from .mux import PriorityMux, mapped
+from .protocol import load_layout
 from .qkv import QKVComputed, QKVTable
 from .sequencer import Sequencer
 
@@ -44,16 +48,26 @@ class Engine(wiring.Component):
     Ports
     -----
     cmd, tokens, status : :class:`~.interface.EngineControl`'s, seen from the engine.
+    load : ``In(stream.Signature(load_layout()))``, a loadable build's (``plan.loadable``): the
+        protocol's bytes of a model, into the memories and the rule registers, while no step runs.
     """
 
     def __init__(self, plan, contents=None):
         self.plan = plan
         ways = plan.shape.ways
+        if plan.loadable:
+            if contents is not None:
+                raise ValueError("a loadable build's memories start empty: its model comes over the line")
+            # The model's bytes into words, into the memories and the rule registers.
+            self.loader = ModelLoader(load_targets(plan))
+            self.rules = RuleRegisters(rule_layout(plan), plan.limits.multiplier_bits)
+        else:
+            self.rules = None
         # One epilogue per element of a word: they move in step, each on its own column.
-        self.epilogues = [Epilogue(plan.epilogue) for _ in range(ways)]
+        self.epilogues = [Epilogue(plan.epilogue, self.rules) for _ in range(ways)]
         lanes = HiddenMatVec if plan.lanes.hidden is not None else MatVec
-        self.matvec = lanes(plan.lanes, contents and contents.weights)
-        self.attention = Attention(plan.attention, contents and contents.exp_entries)
+        self.matvec = lanes(plan.lanes, contents and contents.weights, loadable=plan.loadable)
+        self.attention = Attention(plan.attention, contents and contents.exp_entries, rules=self.rules)
         self.cache = KVCache(plan.cache)
         # The head's logits go to the arg-max a whole group of lanes at once, not a word at a time.
         self.argmax = ArgMax(plan.argmax)
@@ -62,14 +76,17 @@ class Engine(wiring.Component):
         # A word that finds the queue empty and the lanes ready goes straight in.
         self.feed = StreamFIFO(self.matvec.i.payload.shape(), plan.feed_depth, fall_through=True)
         self.embedding = Embedding(plan.embedding, plan.epilogue.scratch, contents and contents.token_embedding,
-                                   contents and contents.position_embedding)
+                                   contents and contents.position_embedding, loadable=plan.loadable)
         collected = self.epilogues[0].o.payload.shape()
         if plan.qkv.table:
             self.qkv = QKVTable(plan, collected, self.feed.i.payload.shape(), contents and contents.qkv_rows)
         else:
             self.qkv = QKVComputed(plan, collected, self.feed.i.payload.shape(), contents and contents.xi_words)
         self.sequencer = Sequencer(plan)
-        super().__init__(EngineControl(plan.model.seq_len).flip())
+        signature = EngineControl(plan.model.seq_len).flip()
+        if plan.loadable:
+            signature = wiring.Signature({**signature.members, "load": In(stream.Signature(load_layout()))})
+        super().__init__(signature)
 
     def elaborate(self, platform):
         m = Module()
@@ -81,6 +98,17 @@ class Engine(wiring.Component):
         for name in ("matvec", "attention", "cache", "argmax", "feed", "embedding", "qkv", "sequencer"):
             m.submodules[name] = getattr(self, name)
         matvec, attention, cache, qkv, sequencer = self.matvec, self.attention, self.cache, self.qkv, self.sequencer
+        if plan.loadable:
+            m.submodules.loader = loader = self.loader
+            m.submodules.rules = self.rules
+            wiring.connect(m, wiring.flipped(self.load), loader.i)
+            wiring.connect(m, loader.rules, self.rules.load)
+            wiring.connect(m, loader.token_embedding, self.embedding.load_token)
+            wiring.connect(m, loader.position_embedding, self.embedding.load_position)
+            wiring.connect(m, loader.exp_table, attention.load_exp)
+            wiring.connect(m, loader.ctx_table, attention.load_ctx)
+            for bank in range(len(plan.lanes.banks)):
+                wiring.connect(m, getattr(loader, f"weights{bank}"), getattr(matvec, f"load{bank}"))
         wiring.connect(m, attention.cache, cache.read)
         wiring.connect(m, self.feed.o, matvec.i)
         wiring.connect(m, matvec.w, self.argmax.i)
@@ -158,7 +186,8 @@ class Engine(wiring.Component):
         # EMBED skips the first requant: its multiplier is never used.
         return [assignment for k in range(self.plan.shape.ways) for assignment in (
             word[k].value.eq(source[k].value), word[k].tag.eq(source[k].tag),
-            word[k].select.eq(Stage.EMBED), word[k].multiplier.eq(0))]
+            word[k].select.eq(Stage.EMBED), word[k].multiplier.eq(0),
+            *([word[k].shift.eq(0)] if self.plan.loadable else []))]
 
     def _lanes_words(self, product, word):
         """The lanes' sums as the epilogues take them: each element with its stage (the
@@ -195,6 +224,8 @@ class Engine(wiring.Component):
                 word[k].value.eq(product.acc[k]),
                 word[k].select.eq(stage_of[product.matrix]),
                 word[k].multiplier.eq(self.epilogues[k].first_multiplier(stage_of[product.matrix])),
+                *([word[k].shift.eq(self.epilogues[k].first_shift(stage_of[product.matrix]))]
+                  if plan.loadable else []),
                 word[k].tag.eq(Mux(k >= product.count, plan.epilogue.scratch, tag)),
             ]
         return out

@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Module, Mux, signed
+from amaranth.hdl import Cat, Module, Mux, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -49,22 +49,27 @@ class Epilogue(wiring.Component):
     one value per cycle.
     """
 
-    def __init__(self, plan):
+    def __init__(self, plan, rules=None):
         self.plan = plan
         self.early = plan.early
         self.scratch = plan.scratch
+        self.loaded = plan.first.loaded
+        if self.loaded and rules is None:
+            raise ValueError("a loadable build's epilogue reads its rules from the rule registers")
+        self.rules = rules
+        shift = {"shift": unsigned(plan.first.SHIFT_BITS)} if self.loaded else {}
         # The first requant carries, beside each value's column, the last requant's multiplier
-        # for it: looked up at the input, it reaches the last requant's multiplier from a
-        # register, not through a table of the rules.
+        # (and a loaded rule's shift) for it: looked up at the input, it reaches the last
+        # requant's multiplier from a register, not through a table of the rules.
         carried = data.StructLayout({"column": range(plan.columns),
-                                     "multiplier": signed(plan.carried_multiplier_bits)})
+                                     "multiplier": signed(plan.carried_multiplier_bits), **shift})
         self.first = Requant(plan.first, tag_shape=carried)
         self.residual = Residual(plan.residual)
         self.last = Requant(plan.last, tag_shape=range(plan.columns))
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "value": signed(plan.first.in_bits), "tag": range(plan.columns), "select": range(plan.selects),
-                "multiplier": signed(plan.first.multiplier_bits)}))),
+                "multiplier": signed(plan.first.multiplier_bits), **shift}))),
             "o": Out(self.last.o.signature),
         })
 
@@ -72,7 +77,17 @@ class Epilogue(wiring.Component):
         """The first requant's multiplier for the stage ``select``, for the input's ``multiplier``:
         looked up where the stage is decided, it reaches the multiplier from the register the
         input must come from, not through a table of the rules after it."""
-        return self.first.multiplier_of(select)
+        return self.rules.first(select)[0] if self.loaded else self.first.multiplier_of(select)
+
+    def first_shift(self, select):
+        """A loaded rule's shift, for the input's ``shift``, looked up as the multiplier is."""
+        return self.rules.first(select)[1]
+
+    def _last_rule(self, select):
+        """The last requant's multiplier of stage ``select`` and, loaded, its shift."""
+        if self.loaded:
+            return self.rules.last(select)
+        return self.last.multiplier_of(select), None
 
     def elaborate(self, platform):
         m = Module()
@@ -89,15 +104,19 @@ class Epilogue(wiring.Component):
         # The input: EMBED to the last requant, every other stage to the first, with the
         # residual's entry that it adds.
         embed_in = self.i.payload.select == Stage.EMBED
+        last_multiplier, last_shift = self._last_rule(self.i.payload.select)
+        embed_multiplier, embed_shift = self._last_rule(Stage.EMBED)
         m.d.comb += [
             residual.lookup_tag.eq(self.i.payload.tag),
             residual.lookup_select.eq(self.i.payload.select),
             *carry(first.i.payload, self.i.payload, self.i.payload.tag),
-            first.i.payload.tag.multiplier.eq(last.multiplier_of(self.i.payload.select)),
+            first.i.payload.tag.multiplier.eq(last_multiplier),
             first.i.payload.multiplier.eq(self.i.payload.multiplier),
             first.i.payload.addend.eq(residual.addend),
             first.i.valid.eq(self.i.valid & ~embed_in),
         ]
+        if self.loaded:  # after the tag's whole assignment
+            m.d.comb += [first.i.payload.shift.eq(self.i.payload.shift), first.i.payload.tag.shift.eq(last_shift)]
         # The first requant's output: the early stages out, the others on to the last requant.
         select = first.o.payload.select
         leaves = Cat(select == stage for stage in self.early).any()
@@ -105,9 +124,13 @@ class Epilogue(wiring.Component):
         with m.If(first.o.valid):
             m.d.comb += [*carry(last.i.payload, first.o.payload, first.o.payload.tag.column),
                          last.i.payload.multiplier.eq(first.o.payload.tag.multiplier), last.i.valid.eq(~leaves)]
+            if self.loaded:
+                m.d.comb += last.i.payload.shift.eq(first.o.payload.tag.shift)
         with m.Else():
             m.d.comb += [*carry(last.i.payload, self.i.payload), last.i.valid.eq(self.i.valid & embed_in),
-                         last.i.payload.multiplier.eq(last.multiplier_of(Stage.EMBED))]
+                         last.i.payload.multiplier.eq(embed_multiplier)]
+            if self.loaded:
+                m.d.comb += last.i.payload.shift.eq(embed_shift)
         m.d.comb += self.i.ready.eq(Mux(embed_in, last.i.ready & ~first.o.valid, first.i.ready))
         # The residual stores x and s1 as they enter the last requant.
         m.d.comb += [

@@ -8,6 +8,7 @@ from plan.lanes import bank_words
 
 from .fanout import global_net, replicas
 from .fifo import SkidBuffer
+from .loader import connect_load, load_port
 from .product import dsp_product, lut_product, tree_sum
 
 __all__ = ["MatVec"]
@@ -40,6 +41,9 @@ class MatVec(wiring.Component):
         once: the arg-max head). A plan with a hidden pair is :class:`~.matvec_hidden.HiddenMatVec`'s.
     weights : array ``[word, way, lane]``, or ``None``
         The weight memory's contents (:func:`plan.lanes.weight_table`); ``None``: zero.
+    loadable : bool
+        The weight memory takes writes, bank ``b``'s words on ``load<b>``
+        (``In(load_port(depth, bank width))``): a loadable build's.
 
     Ports
     -----
@@ -60,11 +64,12 @@ class MatVec(wiring.Component):
 
     REPLICA_LANES = 6  # lanes per copy of an input element
 
-    def __init__(self, plan, weights=None):
+    def __init__(self, plan, weights=None, *, loadable=False):
         if plan.hidden is not None and type(self) is MatVec:
             raise ValueError("a plan with a hidden pair is HiddenMatVec's")
         self.plan = plan
         self.weights = weights
+        self.loadable = loadable
         self.lanes, self.ways, self.lut_ways = plan.lanes, plan.ways, plan.lut_ways
         self.acc_bits = plan.acc_bits
         self.whole = plan.whole
@@ -82,6 +87,9 @@ class MatVec(wiring.Component):
             "o": Out(stream.Signature(self.output_layout(plan))),
             **whole_port,
             **self._extra_ports(),
+            # A loadable build's weights, a bank's word at a time.
+            **({f"load{bank}": In(load_port(plan.depth, plan.bank_width(bank))) for bank in range(len(plan.banks))}
+               if loadable else {}),
         })
 
     @staticmethod
@@ -159,6 +167,8 @@ class MatVec(wiring.Component):
                 shape=unsigned(plan.bank_width(index)), depth=plan.depth, init=init,
                 attrs={"ram_style": "block", "rom_style": "block"})
             weight_reads.append(weights.read_port())
+            if self.loadable:
+                connect_load(m, weights, getattr(self, f"load{index}"))
         # The read ports have one cycle of latency; they pause with the pipeline. (Reading a
         # word's weights by its issue instead would save a stage a product, but put the issue
         # decision into the address, and the block RAM's slow output before a select.)

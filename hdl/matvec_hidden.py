@@ -37,9 +37,11 @@ class HiddenMatVec(MatVec):
     ``plan.hidden.latency`` cycles after the first's last input word.
     """
 
-    def __init__(self, plan, weights=None):
+    def __init__(self, plan, weights=None, *, loadable=False):
         if plan.hidden is None:
             raise ValueError("a HiddenMatVec's plan has a hidden pair")
+        if loadable:
+            raise ValueError("the hidden pair's rules are constants: a loadable build has none")
         self.hidden = plan.hidden
         super().__init__(plan, weights)
 

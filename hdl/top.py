@@ -21,7 +21,8 @@ class DeviceTop(wiring.Component):
     ----------
     plan : :class:`plan.Plan`
     contents : :class:`plan.Contents` or ``None``
-        The memories' initial values; ``None``: zero.
+        The memories' initial values; ``None``: zero (a loadable plan's always: its model comes
+        over the line, ``LOAD`` and ``COMMIT``, and IDENT states its limits).
     clock_hz : int
         The engine clock; with ``baud`` it sets the UART divisor and goes into IDENT.
     frame_timeout : float
@@ -45,11 +46,17 @@ class DeviceTop(wiring.Component):
             raise ValueError(f"{clock_hz} Hz cannot make {baud} baud within 2% "
                              f"(divisor {self.divisor} is {self.baud_error:.1%} off)")
         self.engine = Engine(plan, contents)
-        model, shape = plan.model, plan.shape
-        self.ident = Ident(model.sha256, model.d_model, model.n_heads, model.d_ff, model.vocab, model.seq_len,
-                           model.n_layers, shape.lanes, int(clock_hz), int(baud), shape.ways, shape.lut_ways)
+        model, shape, limits = plan.model, plan.shape, plan.limits
+        stated = {} if limits is None else dict(
+            loadable=1, max_nlut=limits.max_nlut, exp_bits=limits.exp_bits, multiplier_bits=limits.multiplier_bits,
+            embedding_bits=limits.embedding_bits, residual_bits=limits.residual_bits, hidden_bits=limits.hidden_bits)
+        self.ident = Ident(model.sha256 or "00" * 32, model.d_model, model.n_heads, model.d_ff, model.vocab,
+                           model.seq_len, model.n_layers, shape.lanes, int(clock_hz), int(baud), shape.ways,
+                           shape.lut_ways, **stated)
+        # A loadable build powers up with no model: it runs once one is committed.
         self.protocol = CommandProtocol(seq_len=model.seq_len, vocab=model.vocab, ident=self.ident.pack(),
-                                        timeout=round(frame_timeout * clock_hz))
+                                        timeout=round(frame_timeout * clock_hz), loadable=plan.loadable,
+                                        holds_model=not plan.loadable)
         self.uart = UART(self.divisor)
         super().__init__()
 
@@ -60,7 +67,11 @@ class DeviceTop(wiring.Component):
         m.submodules.uart = uart = self.uart
         wiring.connect(m, uart.o, protocol.rx)
         wiring.connect(m, protocol.tx, uart.i)
-        wiring.connect(m, protocol.engine, engine)
+        wiring.connect(m, protocol.engine.cmd, engine.cmd)
+        wiring.connect(m, engine.tokens, protocol.engine.tokens)
+        m.d.comb += protocol.engine.status.eq(engine.status)
+        if self.plan.loadable:
+            wiring.connect(m, protocol.load, engine.load)
         m.d.comb += [uart.rx.eq(self.rx), self.tx.eq(uart.tx)]
         pos_bits = engine.status.pos.shape().width
         m.d.comb += self.leds.eq(engine.status.busy | ((engine.status.error != 0) << 1)

@@ -11,7 +11,7 @@ from wire import COUNT_FORMAT, LOAD_HEADER_FORMAT, MAX_PAYLOAD, POSITION_FORMAT,
 
 from .protocol import Command, Fault, FrameReader, Reply, commit_payload, encode_request, load_payloads
 
-__all__ = ["DeviceError", "Ident", "Stats", "Device", "IdentityMismatch"]
+__all__ = ["DeviceError", "Ident", "Stats", "Device", "IdentityMismatch", "NotLoadable", "loadable_plan"]
 
 
 class DeviceError(Exception):
@@ -147,6 +147,16 @@ class Device:
                 progress(sent, total)
         self._expect(self._send(Command.COMMIT, commit_payload(sha256, payloads)), Reply.OK)
 
+    def load_model(self, model, *, progress=None):
+        """Load ``model`` into a loadable device: refused before anything is sent where the
+        device is a baked build, or ``model`` is of another shape or outside the limits the
+        device states (:class:`plan.LimitError`, naming the field, the layer and the limit).
+        Returns the bytes of the images sent."""
+        from plan.loading import load_images
+        images = load_images(loadable_plan(self.ident()), model)
+        self.load(images, model.sha256, progress=progress)
+        return sum(len(image) for image in images.values())
+
     def generate(self, count):
         """Yield each generated token as the device makes it."""
         tag = self._send(Command.GENERATE, struct.pack(COUNT_FORMAT, count))
@@ -162,3 +172,20 @@ class Device:
 
     def stats(self):
         return Stats.unpack(self._expect(self._send(Command.STATS), Reply.STATS))
+
+
+class NotLoadable(Exception):
+    """A baked build, asked to take a model over the line."""
+
+
+def loadable_plan(ident):
+    """The plan of the loadable build ``ident`` describes, as the host needs it for a model's
+    images (its shape and limits; attention's rows change no image)."""
+    from plan import Limits, Shape, make_loadable_plan
+    if not ident.loadable:
+        raise NotLoadable(f"the device is a baked build of model sha256 {ident.sha256}: it takes no model over "
+                          "the line (build it with --loadable)")
+    limits = Limits(ident.d_model, ident.n_heads, ident.d_ff, ident.vocab, ident.seq_len, ident.n_layers,
+                    ident.max_nlut, ident.exp_bits, ident.multiplier_bits, ident.embedding_bits, ident.residual_bits,
+                    ident.hidden_bits)
+    return make_loadable_plan(limits, Shape(lanes=ident.lanes, ways=ident.ways, lut_ways=ident.lut_ways))

@@ -9,10 +9,10 @@ build of a shape takes (docs/loading.md).
 from .contents import Contents, make_contents
 from .limits import LimitError, Limits, check_limits, envelope, limits_for
 from .parts import PARTS, Part
-from .plan import FitError, MemoryPlan, Plan, check_fit, choose_plan, make_plan
+from .plan import FitError, MemoryPlan, Plan, check_fit, choose_plan, make_loadable_plan, make_plan
 from .schedule import Matrix, Stage
 from .shape import Shape
 
-__all__ = ["Plan", "make_plan", "choose_plan", "check_fit", "FitError", "MemoryPlan", "Contents", "make_contents",
+__all__ = ["Plan", "make_plan", "make_loadable_plan", "choose_plan", "check_fit", "FitError", "MemoryPlan", "Contents", "make_contents",
            "Shape", "Part", "PARTS", "Stage", "Matrix",
            "Limits", "LimitError", "limits_for", "check_limits", "envelope"]

@@ -5,12 +5,12 @@ from dataclasses import dataclass
 
 from int8model.bounds import Bound
 
-from .arithmetic import Rule, constant_product_terms, multiplier_bits, product_multipliers, product_terms, \
+from .arithmetic import LoadedRule, Rule, constant_product_terms, multiplier_bits, product_multipliers, product_terms, \
     saturating_gap
 from .requant import DividerPlan, divider_plan, union
 from .units import CachePlan
 
-__all__ = ["AttentionPlan", "attention_plan", "exp_entries"]
+__all__ = ["AttentionPlan", "attention_plan", "loaded_attention_plan", "exp_entries"]
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,9 @@ class AttentionPlan:
     LUT index changes any more), times ``M_score`` in ``gap_stages`` cycles; the exp table is
     read as ``exp_depth`` entries (spread: its last entry repeated to every index a clamped gap
     gives, so that no clamp lies between the product and the table). ``ctx_requant``: some
-    layer's ``r_ctx`` changes the context, and the divider applies it."""
+    layer's ``r_ctx`` changes the context, and the divider applies it. ``loaded``: a loadable
+    build's, its rules from registers, the exp table and each layer's table of ``r_ctx``'s
+    results (:attr:`ctx_table_depth`) written by the load."""
     d_model: int
     n_heads: int
     seq_len: int
@@ -46,6 +48,7 @@ class AttentionPlan:
     exp_depth: int
     nlut: int
     divider: DividerPlan
+    loaded: bool = False
 
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
     # Entries up to which the exp table is a ROM in logic (a few LUT4s a bit); deeper, a block RAM.
@@ -98,6 +101,8 @@ class AttentionPlan:
 
     @property
     def exp_style(self):
+        if self.loaded:  # written by the load: a RAM
+            return "distributed" if self.exp_depth <= self.EXP_TABLE_IN_LOGIC else "block"
         return "logic" if self.exp_depth <= self.EXP_TABLE_IN_LOGIC else "block"
 
     @property
@@ -114,9 +119,15 @@ class AttentionPlan:
     def score_scale_terms(self):
         """The terms of a clamped gap times ``M_score``: a constant's for one layer, else a
         signal's (the layer's multiplier)."""
-        if self.layers == 1:
+        if self.layers == 1 and not self.loaded:
             return constant_product_terms(self.gap_operand_bits, False, self.score_rule.multiplier)
         return product_terms(self.gap_operand_bits, False, self.score_multiplier_bits, True)
+
+    CTX_ENTRIES = 256  # a loadable build's table of r_ctx's results: one per int8 quotient
+
+    @property
+    def ctx_table_depth(self):
+        return self.layers * self.CTX_ENTRIES
 
     @property
     def multipliers(self):
@@ -167,9 +178,36 @@ def attention_plan(model, bounds, *, ways=1, rows=1):
                              rules=ctx_rules if ctx_requant else None))
 
 
+def loaded_attention_plan(limits, bounds, *, ways=1, rows=1):
+    """A loadable build's :class:`AttentionPlan` for the ``bounds`` of its ``limits``
+    (:func:`~.limits.envelope`): ``M_score`` from registers times the whole gap, its shift a
+    shifter; the exp table a power of two of entries (a model's shorter table padded with its
+    last entry, which is what the clamp to ``nlut − 1`` reads), so that the clamp is logic on
+    the index's bits; ``r_ctx`` by a table of its results, after the divider."""
+    layers = bounds.layers
+    score_rules = tuple(LoadedRule(limits.multiplier_bits, saturate=False) for _ in layers)
+    gap = union(*(b["score_gap"] for b in layers))
+    gap_operand_bits = max(1, gap.hi.bit_length())
+    terms = product_terms(gap_operand_bits, False, limits.multiplier_bits, True)
+    depth = 1 << (limits.max_nlut - 1).bit_length()
+    ctx = union(*(b["ctx"] for b in layers))
+    return AttentionPlan(
+        d_model=limits.d_model, n_heads=limits.n_heads, seq_len=limits.seq_len, ways=ways, rows=rows,
+        score_rules=score_rules, ctx_rules=tuple(LoadedRule(limits.multiplier_bits) for _ in layers),
+        ctx_requant=False, q_bound=union(*(b["q"] for b in layers)),
+        score_bound=union(*(b["scores"] for b in layers)), gap_bound=gap,
+        scaled_bound=Bound(0, (1 << gap_operand_bits) - 1) * Bound.signed(limits.multiplier_bits),
+        weight_bound=layers[0]["weights"], den_bound=layers[0]["den"], num_bound=union(*(b["num"] for b in layers)),
+        ctx_bound=ctx, gap_operand_bits=gap_operand_bits, gap_stages=1 if len(terms) <= 1 else 2,
+        exp_spread=False, exp_depth=depth, nlut=depth,
+        divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx), loaded=True)
+
+
 def exp_entries(plan, exp_lut):
     """The exp table as attention reads it: spread, or as it stands."""
     lut = [int(v) for v in exp_lut]
+    if plan.loaded:  # padded with its last entry, which every index from its end on reads
+        return [lut[min(i, len(lut) - 1)] for i in range(plan.exp_depth)]
     if plan.exp_spread:
         return [lut[min(i, plan.nlut - 1)] for i in range(plan.exp_depth)]
     return lut

@@ -4,7 +4,8 @@ import argparse
 from pathlib import Path
 
 from .parts import PARTS
-from .plan import choose_plan, make_plan
+from .limits import limits_for
+from .plan import choose_plan, make_loadable_plan, make_plan
 from .shape import ATTENTION_ROWS, DEFAULT_ATTENTION_ROWS, MAX_WAYS, Shape
 
 __all__ = ["SHIPPED_MODEL", "add_model_argument", "add_shape_arguments", "asked_shape", "plan_from_arguments",
@@ -37,6 +38,9 @@ def add_shape_arguments(parser, *, device_help="the ULX3S's ECP5 part, whose bui
     group.add_argument("--hidden-in-lanes", action="store_true",
                        help="keep the FFN's hidden vector in the MAC lanes: fewer cycles per token, many LUT4s "
                             "more, a slower place and route (default: off)")
+    group.add_argument("--loadable", action="store_true",
+                       help="build for the model's shape, with no model baked in: any model of that shape within "
+                            "the build's limits is loaded at run time over the serial line (docs/loading.md)")
     group.add_argument("--attention-rows", type=int, choices=ATTENTION_ROWS, default=DEFAULT_ATTENTION_ROWS,
                        help="cache rows attention reads a cycle, each a bank of block RAM and d_model "
                             "multipliers, the first's in DSP blocks, the others' in LUTs (default: %(default)s)")
@@ -53,10 +57,12 @@ def plan_from_arguments(model, args, *, any_shape=False):
     (:func:`~.plan.choose_plan`); with ``any_shape``, a shape given in full (ways and lanes)
     is taken whether or not a part has room for it. Raises :class:`~.plan.FitError`."""
     asked = asked_shape(args)
+    limits = limits_for(model) if getattr(args, "loadable", False) else None
     if any_shape and asked.ways and asked.lanes:
-        return make_plan(model, Shape(asked.lanes, asked.ways, asked.lut_ways or 0, asked.qkv_table,
-                                      asked.hidden_in_lanes, asked.attention_rows))
-    return choose_plan(model, args.device, asked)
+        shape = Shape(asked.lanes, asked.ways, asked.lut_ways or 0, asked.qkv_table, asked.hidden_in_lanes,
+                      asked.attention_rows)
+        return make_plan(model, shape) if limits is None else make_loadable_plan(limits, shape)
+    return choose_plan(model, args.device, asked, limits=limits)
 
 
 def model_and_plan(parser, args, *, any_shape=True):
@@ -74,8 +80,9 @@ def model_and_plan(parser, args, *, any_shape=True):
         parser.exit(2, f"error: {error}\nGive --ways and --lanes for a shape that no part takes.\n")
 
 
-def shape_arguments(shape, device=None):
-    """The options that ask for ``shape`` (its fields that are not ``None``), for another command."""
+def shape_arguments(shape, device=None, *, loadable=False):
+    """The options that ask for ``shape`` (its fields that are not ``None``), and a loadable
+    build, for another command."""
     out = [] if device is None else ["--device", device]
     for option, value in (("--lanes", shape.lanes), ("--ways", shape.ways), ("--lut-ways", shape.lut_ways),
                           ("--attention-rows", shape.attention_rows)):
@@ -85,4 +92,4 @@ def shape_arguments(shape, device=None):
         out.append("--qkv-table" if shape.qkv_table else "--no-qkv-table")
     if shape.hidden_in_lanes:
         out.append("--hidden-in-lanes")
-    return out
+    return out + (["--loadable"] if loadable else [])

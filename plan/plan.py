@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from int8model.bounds import Bound, analyse
+from int8model.bounds import Bound, ModelBounds, analyse
 from wire import MAX_PAYLOAD, Ident
 
 from .arithmetic import ResultTable
-from .attention import AttentionPlan, attention_plan
+from .attention import AttentionPlan, attention_plan, loaded_attention_plan
+from .limits import Limits, envelope
+from .loading import RULE_MULTIPLIER_BITS
 from .lanes import LanesPlan, lanes_plan
 from .parts import BLOCK_BITS, PARTS, Part, blocks_for
 from .schedule import LAYER_MATRICES, MATRICES, Matrix, head_index, hidden_rules, product_matrices, stage_plans
@@ -26,7 +28,8 @@ from .shape import (ATTENTION_ROWS, MAX_WAYS, Shape, lanes_for, qkv_table_depth,
                     xi_table_fits)
 from .units import ArgMaxPlan, CachePlan, EmbeddingPlan, EpiloguePlan, QKVPlan, argmax_plan, epilogue_plan
 
-__all__ = ["FitError", "ModelSummary", "MemoryPlan", "Plan", "make_plan", "choose_plan", "candidate_shapes"]
+__all__ = ["FitError", "ModelSummary", "MemoryPlan", "Plan", "make_plan", "make_loadable_plan", "choose_plan",
+           "candidate_shapes"]
 
 
 
@@ -88,6 +91,12 @@ class Plan:
     cache: CachePlan
     argmax: ArgMaxPlan
     memories: tuple
+    limits: Limits | None = None
+
+    @property
+    def loadable(self):
+        """A build for a shape, its model loaded at run time within ``limits`` (docs/loading.md)."""
+        return self.limits is not None
 
     # -- The step's data flow, from the schedule.
 
@@ -213,6 +222,10 @@ def _memories(model, shape, embedding, qkv, lanes, feed_width, attention, cache,
     for r in range(attention.rows):
         memories.append(MemoryPlan(f"engine.attention.exp_lut{r}", "the exp table, as read", attention.exp_depth,
                                    max(1, attention.weight_bits), attention.exp_style))
+    if attention.loaded:
+        for k in range(ways):
+            memories.append(MemoryPlan(f"engine.attention.ctx_table{k}", "r_ctx's results, every layer's",
+                                       attention.ctx_table_depth, 8, "block"))
     memories.append(MemoryPlan("engine.attention.context.storage", "ci, a word of columns per entry", -(-d // ways),
                                ways * attention.ctx_bits + _range_bits(ways + 1) + 1 + _range_bits(attention.layers),
                                "distributed"))
@@ -276,24 +289,67 @@ def make_plan(model, shape=Shape(), part=None, *, bounds=None):
     hidden = None
     if shape.hidden_in_lanes:
         hidden = (Matrix.W1, Matrix.W2, hidden_rules(model.requant), bounds["acc_h"])
-    head = head_index(model.n_layers)
+    attention = attention_plan(model, bounds, ways=ways, rows=shape.attention_rows)
+    return _assemble(summary, shape, part, bounds, stages, embedding, qkv, matrices, hidden, attention)
+
+
+def _assemble(summary, shape, part, bounds, stages, embedding, qkv, matrices, hidden, attention, limits=None):
+    """The rest of a plan, the same for a model's and a shape's: the lanes, the epilogue, the
+    arg-max, the memories, and the fit."""
+    ways = shape.ways
+    head = head_index(summary.n_layers)
     input_bounds = [b[step.input] for b in bounds.layers for step in MATRICES[:LAYER_MATRICES]] + [bounds["oi"]]
     lanes = lanes_plan(matrices, shape.lanes, ways=ways, lut_ways=shape.lut_ways, input_bounds=input_bounds,
                        order=[index for index in range(head + 1) if index != Matrix.QKV or not shape.qkv_table],
                        whole=head, hidden=hidden)
     feed_width = 8 * ways + _range_bits(len(matrices))
-    epilogue = epilogue_plan([stage for layer in stages for stage in layer], bounds, d, model.d_ff)
-    attention = attention_plan(model, bounds, ways=ways, rows=shape.attention_rows)
+    epilogue = epilogue_plan([stage for layer in stages for stage in layer], bounds, summary.d_model, summary.d_ff)
     cache = attention.cache
     # The head's logits go to the arg-max a whole group of lanes at once.
-    argmax = argmax_plan(lanes.acc_bits, model.vocab, shape.lanes)
+    argmax = argmax_plan(lanes.acc_bits, summary.vocab, shape.lanes)
     memories = _memories(summary, shape, embedding, qkv, lanes, feed_width, attention, cache, epilogue)
     memories += _device_memories(summary)
-    plan = Plan(summary, part, shape, stages, embedding, qkv, lanes, -(-max(d, model.d_ff) // ways), epilogue,
-                attention, cache, argmax, tuple(memories))
+    plan = Plan(summary, part, shape, stages, embedding, qkv, lanes, -(-max(summary.d_model, summary.d_ff) // ways),
+                epilogue, attention, cache, argmax, tuple(memories), limits)
     if part is not None:
         check_fit(plan, part)
     return plan
+
+
+def make_loadable_plan(limits, shape=Shape(), part=None):
+    """The :class:`Plan` of a loadable build: for any model of ``limits``' shape within its
+    limits (:class:`~.limits.Limits`), every width from :func:`~.limits.envelope`, every rule
+    from registers (:class:`~.arithmetic.LoadedRule`), and none of the tables made of a model's
+    values: q, k and v computed, xi made by the epilogue, the hidden vector through the
+    epilogue; its ``model`` the shape, with no identity."""
+    if isinstance(part, str):
+        part = PARTS[part]
+    if shape.attention_rows not in ATTENTION_ROWS:
+        raise ValueError(f"attention reads 1, 2 or 4 cache rows a cycle, not {shape.attention_rows}")
+    if limits.multiplier_bits > RULE_MULTIPLIER_BITS:
+        raise FitError(f"a loadable build's requant multipliers are at most {RULE_MULTIPLIER_BITS}-bit, "
+                       f"not {limits.multiplier_bits}")
+    if shape.qkv_table or shape.hidden_in_lanes:
+        raise FitError("a loadable build computes q, k and v, and the hidden vector in the epilogue: "
+                       "their tables are made of a model's values")
+    shape = dataclasses.replace(shape, lanes=shape.lanes or lanes_for(limits, shape.ways), qkv_table=False)
+    layers, top = envelope(limits)
+    bounds = ModelBounds(layers, top)
+    d, ways = limits.d_model, shape.ways
+    summary = ModelSummary("", d, limits.n_heads, limits.d_ff, limits.vocab, limits.seq_len,
+                           1 << (limits.max_nlut - 1).bit_length(), limits.n_layers)
+    stages = stage_plans(None, bounds, xi_dropped=False, hidden_table_limit=0, limits=limits)
+    words = -(-d // ways)
+    row_words = 1 << (words - 1).bit_length()
+    embedding = EmbeddingPlan(d, limits.vocab, limits.seq_len, ways, words, row_words, limits.embedding_bits,
+                              limits.embedding_bits, layers[0]["x"])
+    qkv = QKVPlan("computed", (limits.seq_len - 1).bit_length(), (row_words - 1).bit_length(), 0, False, 0)
+    # Every weight -128: the accumulators' widest, as the envelope has them.
+    extreme = lambda rows, cols: np.full((rows, cols), -128)
+    per_layer = [extreme(d, 3 * d), extreme(d, d), extreme(d, limits.d_ff), extreme(limits.d_ff, d)]
+    matrices = per_layer * limits.n_layers + [extreme(d, limits.vocab)]
+    attention = loaded_attention_plan(limits, bounds, ways=ways, rows=shape.attention_rows)
+    return _assemble(summary, shape, part, bounds, stages, embedding, qkv, matrices, None, attention, limits)
 
 
 def check_fit(plan, part):
@@ -329,23 +385,29 @@ def candidate_shapes(model, asked):
                     yield dataclasses.replace(asked, lanes=lanes, ways=ways, lut_ways=soft)
 
 
-def choose_plan(model, part, asked=None):
+def choose_plan(model, part, asked=None, *, limits=None):
     """The plan to build ``model`` with on ``part``: the shape ``asked`` where it is whole, else,
     of the shapes that fit (:func:`candidate_shapes`), the one with the most MAC multipliers,
     then the most ways (a vector in fewer words streams from one matrix into the next in fewer
     cycles), then the fewest in LUTs; q, k and v from a table where the model's is small and the
     part has the block RAM. ``asked``: a :class:`~.shape.Shape` whose ``lanes``, ``ways`` and
     ``lut_ways`` may be ``None`` (the part's choice). Where none fits, the refusal of the last
-    (and least) shape."""
+    (and least) shape. With ``limits``, a loadable build's (:func:`make_loadable_plan`; ``model``
+    unused)."""
     if isinstance(part, str):
         part = PARTS[part]
     asked = asked or Shape(ways=None, lut_ways=None)
-    bounds = analyse(model)
+    if limits is not None:
+        model, tables = limits, (False,)
+        make = lambda shape: make_loadable_plan(limits, shape, part)
+    else:
+        bounds, tables = analyse(model), (None, False)
+        make = lambda shape: make_plan(model, shape, part, bounds=bounds)
     best, error = None, None
     for candidate in candidate_shapes(model, asked):
-        for table in [asked.qkv_table] if asked.qkv_table is not None else (None, False):
+        for table in [asked.qkv_table] if asked.qkv_table is not None else tables:
             try:
-                plan = make_plan(model, dataclasses.replace(candidate, qkv_table=table), part, bounds=bounds)
+                plan = make(dataclasses.replace(candidate, qkv_table=table))
             except FitError as refused:
                 error = refused
                 continue

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from int8model.bounds import Bound
 
-from .arithmetic import Rule
+from .arithmetic import LoadedRule, Rule
 
 __all__ = ["Stage", "Matrix", "StageStep", "MatrixStep", "STAGES", "MATRICES", "LAYER_MATRICES", "matrix_index",
            "head_index", "product_matrices", "hidden_rules", "StagePlan", "stage_plans"]
@@ -165,27 +165,47 @@ def _first_rule(step, requant):
     return Rule.to8(pair) if step.first_kind == "to8" else Rule.rq(pair, relu=step.first_kind == "relu")
 
 
-def stage_plans(model, bounds, *, xi_dropped, hidden_table_limit):
+def _loaded_rules(step, b, multiplier_bits):
+    """A loadable build's rules of a stage: the stage's ReLU and clamps, the multiplier and
+    shift from registers, and the wide results within the limits' bounds (the epilogue's
+    first requant adds the residual vector: its results are ``s1``, ``s2``)."""
+    first = None
+    if step.first is not None:
+        result = {Stage.O: b["s1"], Stage.H: b["relu"], Stage.F: b["s2"]}.get(step.stage)
+        first = LoadedRule(multiplier_bits, relu=step.first_kind == "relu", saturate=step.first_kind == "to8",
+                           result=result)
+    return first, LoadedRule(multiplier_bits)
+
+
+def stage_plans(model, bounds, *, xi_dropped, hidden_table_limit, limits=None):
     """Each layer's stages (:class:`StagePlan`, a tuple of them per layer) for a model and its
     ``bounds`` (:func:`int8model.bounds.analyse`). The hidden stage takes ``r_hid`` into its
     first requant where the two rules compose (:meth:`Rule.then`) or where ``r_hid``'s results
     on the ReLU's range take at most ``hidden_table_limit`` entries (then a table of them).
-    ``xi_dropped``: the embedding's xi goes nowhere (it comes from a table, or q, k and v do)."""
+    ``xi_dropped``: the embedding's xi goes nowhere (it comes from a table, or q, k and v do).
+    With ``limits`` (a :class:`~.limits.Limits`; ``model`` unused), a loadable build's: every
+    rule a :class:`~.arithmetic.LoadedRule`, none folded or applied by a table."""
     from .arithmetic import ResultTable
     sources = {Stage.EMBED: "x", Stage.Q: "acc_q", Stage.K: "acc_k", Stage.V: "acc_v", Stage.O: "acc_o",
                Stage.H: "acc_h", Stage.F: "acc_f"}
-    n_layers = model.n_layers
+    n_layers = len(bounds.layers)
     layers = []
-    for layer, (params, b) in enumerate(zip(model.layers, bounds.layers)):
-        requant = params.requant
+    for layer, b in enumerate(bounds.layers):
+        requant = None if limits else model.layers[layer].requant
         top = layer == n_layers - 1
         plans = []
         for step in STAGES:
-            first = _first_rule(step, requant)
-            last = Rule.to8(requant[step.last]) if step.last else None
+            if limits:
+                first, loaded_last = _loaded_rules(step, b, limits.multiplier_bits)
+                last = loaded_last if step.last else None
+            else:
+                first = _first_rule(step, requant)
+                last = Rule.to8(requant[step.last]) if step.last else None
             then, stores = None, step.stores
             feeds = None if step.feeds is None else matrix_index(layer, step.feeds)
-            if step.stage == Stage.H:
+            if limits:
+                pass  # every stage's two rules as they stand, loaded
+            elif step.stage == Stage.H:
                 rules = hidden_rules(requant)
                 if len(rules) == 1:
                     first, last = rules[0], None
@@ -196,7 +216,8 @@ def stage_plans(model, bounds, *, xi_dropped, hidden_table_limit):
                     feeds = head_index(n_layers)
                 else:  # s2 is the next layer's x: stored, and its xi made for the next QKV
                     stores, feeds = "x", matrix_index(layer + 1, Matrix.QKV)
-                    last = Rule.to8(model.layers[layer + 1].requant["r_qkv"])
+                    if not limits:
+                        last = Rule.to8(model.layers[layer + 1].requant["r_qkv"])
             if step.stage == Stage.EMBED and layer > 0:
                 output = "unused"
             elif step.feeds is None:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from int8model.bounds import Bound
 
-from .arithmetic import Rule, multiplier_bits
+from .arithmetic import LoadedRule, Rule, multiplier_bits
 from .requant import RequantPlan, requant_plan, union
 from .schedule import Stage
 
@@ -66,6 +66,9 @@ def epilogue_plan(stages, bounds, d_model, d_ff):
     # A stage that skips a requant has a rule there all the same (the rules are indexed by
     # stage): one that makes 0, so that it widens neither the unit's output nor what follows.
     unused = Rule(0, 0, saturate=False)
+    loaded = isinstance(stages[0].last, LoadedRule)
+    if loaded:  # the load writes it: multiplier 0
+        unused = LoadedRule(stages[0].last.multiplier_bits, saturate=False, result=Bound(0, 0))
     layers = bounds.layers
     stored = {"x": union(*(b["x"] for b in layers)), "s1": union(*(b["s1"] for b in layers))}
     scratch = max(d_model, d_ff)

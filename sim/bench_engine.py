@@ -18,7 +18,8 @@ from hdl.engine import Engine
 from hdl.interface import Error, Op
 from int8model.format import from_json
 from int8model.golden import Golden
-from plan import Shape, make_contents, make_plan
+from plan import Shape, limits_for, make_contents, make_loadable_plan, make_plan
+from plan.loading import load_images
 from plan.schedule import Stage
 
 from .bench import start
@@ -42,24 +43,31 @@ def stream_names(plan):
     return names
 
 
-def engine_of(model, shape):
-    """The engine of ``model`` in ``shape``, as a build would make it (its plan, its contents)."""
+def engine_of(model, shape, loadable=False):
+    """The engine of ``model`` in ``shape``, as a build would make it (its plan, its contents);
+    ``loadable``: a loadable build for the model's shape (:func:`plan.limits_for`), empty."""
+    if loadable:
+        return Engine(make_loadable_plan(limits_for(model), shape))
     plan = make_plan(model, shape)
     return Engine(plan, make_contents(plan, model))
 
 
 def run_engine(model, shape, prompts, *, name=None, prefix="engine", seed=0, testcase="generations_match_golden",
-               platform=None, report=False, quiet=False):
+               platform=None, report=False, quiet=False, loadable=False):
     """Run the bench on ``model``'s engine in ``shape``: each prompt generated to the end of the
-    context (``generations_match_golden``), or ``testcase``. Returns the bench's name and, with
-    ``report``, the file of the cycles it counted. A bench directory of its own for each model
-    and shape (every field of it): runs of different ones never share their generated Verilog."""
+    context (``generations_match_golden``), or ``testcase``; ``loadable``: a loadable build's
+    engine, the model written into it through its ``load`` port first. Returns the bench's name
+    and, with ``report``, the file of the cycles it counted. A bench directory of its own for
+    each model and shape (every field of it): runs of different ones never share their
+    generated Verilog."""
+    shape = dataclasses.replace(shape, qkv_table=False) if loadable else shape
     shape = shape.resolved(model)
-    name = name or "_".join([prefix, model.sha256[:12], *(str(int(value)) for value in dataclasses.astuple(shape))])
+    name = name or "_".join([prefix, model.sha256[:12], *(str(int(value)) for value in dataclasses.astuple(shape))]
+                            + (["loadable"] if loadable else []))
     report_file = BUILD_ROOT / name / "cycles.json" if report else None
     params = {"model": model.to_json(), "shape": dataclasses.asdict(shape), "prompts": prompts, "seed": seed,
-              "report": str(report_file) if report else None}
-    run_bench(engine_of(model, shape), name=name, test_module="sim.bench_engine", params=params, testcase=testcase,
+              "report": str(report_file) if report else None, "loadable": loadable}
+    run_bench(engine_of(model, shape, loadable), name=name, test_module="sim.bench_engine", params=params, testcase=testcase,
               platform=platform, log_file=BUILD_ROOT / name / "simulation.log" if quiet else None)
     return name, report_file
 
@@ -256,13 +264,24 @@ async def check_generation(tb, model, prompt, count):
     return got
 
 
+async def load_model(dut, engine, model):
+    """Every byte of ``model``'s images into a loadable engine's ``load`` port, as the protocol
+    passes them on, in order."""
+    source = StreamSource(dut, "load", engine.load.payload.shape(), dut.clk)
+    await source.send([{"memory": memory, "address": address, "data": byte}
+                       for memory, image in load_images(engine.plan, model).items()
+                       for address, byte in enumerate(image)])
+
+
 @cocotb.test()
 async def generations_match_golden(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = engine_of(model, Shape(**params["shape"]))
+    engine = engine_of(model, Shape(**params["shape"]), params.get("loadable", False))
     rng = random.Random(params["seed"])
     await start(dut)
+    if params.get("loadable"):
+        await load_model(dut, engine, model)
     tb = TB(dut, engine, rng)
     cocotb.start_soon(tb.observer.run())
     cocotb.start_soon(tb.watch_steps())
@@ -278,8 +297,10 @@ async def generations_match_golden(dut):
 async def bad_input_is_reported_and_harmless(dut):
     params = bench_params()
     model = from_json(params["model"])
-    engine = engine_of(model, Shape(**params["shape"]))
+    engine = engine_of(model, Shape(**params["shape"]), params.get("loadable", False))
     await start(dut)
+    if params.get("loadable"):
+        await load_model(dut, engine, model)
     tb = TB(dut, engine, random.Random(1))
     cocotb.start_soon(tb.observer.run())
     cocotb.start_soon(tb.watch_steps())

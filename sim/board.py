@@ -35,8 +35,8 @@ def serve(args, ready, parent):
     plan = plan_from_arguments(model, args, any_shape=True)
     # No USB packets here: a frame's bytes come back to back, and 64 byte times of silence
     # (not the board's 10 ms) keep the truncation tests short.
-    top = DeviceTop(plan, make_contents(plan, model), clock_hz=SIM_CLOCK_HZ, baud=SIM_BAUD,
-                    frame_timeout=64 * 10 / SIM_BAUD)
+    top = DeviceTop(plan, None if plan.loadable else make_contents(plan, model), clock_hz=SIM_CLOCK_HZ,
+                    baud=SIM_BAUD, frame_timeout=64 * 10 / SIM_BAUD)
     run_bench(top, name="board", test_module="sim.bench_board", build_dir=ready.parent / "build",
               params={"divisor": top.divisor, "ready": str(ready), "parent": parent})
 
@@ -44,14 +44,16 @@ def serve(args, ready, parent):
 class SimulatedBoard:
     """A simulated board running in a child process; ``port`` is its serial port's path.
     ``shape``: a :class:`plan.Shape` (its ``None`` fields the ``device`` build's choice), or
-    ``None`` (the build's choice)."""
+    ``None`` (the build's choice). ``loadable``: built for the model's shape with no model in
+    it (the model travels over the serial line: :meth:`host.device.Device.load_model`)."""
 
-    def __init__(self, model_path, shape=None, device="85F", timeout=300):
+    def __init__(self, model_path, shape=None, device="85F", timeout=300, *, loadable=False):
         self.workdir = Path(tempfile.mkdtemp(prefix="simboard_"))
         self.ready = self.workdir / "port"
         command = [sys.executable, "-m", "sim.board", "--model", str(model_path),
                    "--ready", str(self.ready), "--parent", str(os.getpid())]
         command += shape_arguments(shape, device) if shape is not None else ["--device", device]
+        command += ["--loadable"] if loadable else []
         self.log = open(self.workdir / "log.txt", "w")
         # A session of its own, so that closing ends the simulator it runs as well.
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,

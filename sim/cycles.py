@@ -19,7 +19,8 @@ __all__ = ["measure", "measure_prefill", "summary"]
 
 
 def _run(model, plan, prefix, prompt, quiet):
-    name, report = run_engine(model, plan.shape, [prompt], prefix=prefix, report=True, quiet=quiet)
+    name, report = run_engine(model, plan.shape, [prompt], prefix=prefix, report=True, quiet=quiet,
+                              loadable=plan.loadable)
     return json.loads(report.read_text())
 
 

@@ -95,8 +95,17 @@ class Ident:
     baud: int
     ways: int      # elements a cycle between the units: MAC multipliers = lanes × ways
     lut_ways: int  # of them, built from LUTs
+    # A loadable build's limits (plan.limits.Limits; all 0 for a baked build): the sha256 is
+    # then the committed model's (zeros before the first commit).
+    loadable: int = 0
+    max_nlut: int = 0
+    exp_bits: int = 0
+    multiplier_bits: int = 0
+    embedding_bits: int = 0
+    residual_bits: int = 0
+    hidden_bits: int = 0
 
-    FORMAT = "<32s7H2I2B"
+    FORMAT = "<32s7H2I2BBH5B"
 
     def pack(self):
         fields = list(astuple(self))

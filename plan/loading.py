@@ -1,0 +1,140 @@
+"""What a loadable build's memories take from the line: which ``LOAD`` memory is which, and a
+model's bytes for each (docs/loading.md).
+
+Each memory is written a word at a time; a word takes a power of two of bytes (its bits
+little-endian, zero above its width), so that a byte's place in its word is the address's low
+bits. The rule registers are a memory of their own: a word per rule, its multiplier in the
+low 24 bits (two's complement), its shift in the top byte.
+"""
+
+from dataclasses import dataclass
+
+from .arithmetic import Rule
+from .attention import exp_entries
+from .contents import embedding_words
+from .lanes import bank_words, weight_table
+from .limits import check_limits
+from .schedule import STAGES, Stage, product_matrices
+
+__all__ = ["LoadTarget", "load_targets", "RuleLayout", "rule_values", "load_images", "RULE_MULTIPLIER_BITS"]
+
+RULE_MULTIPLIER_BITS = 24  # a rule word's multiplier field; the limits' multipliers are at most this wide
+
+
+@dataclass(frozen=True)
+class LoadTarget:
+    """A memory ``LOAD`` writes: its ``index`` on the line, ``depth`` words of ``width`` bits."""
+    index: int
+    name: str
+    depth: int
+    width: int
+
+    @property
+    def word_bytes(self):
+        return 1 << (-(-self.width // 8) - 1).bit_length()
+
+    @property
+    def size(self):
+        """Its image's bytes."""
+        return self.depth * self.word_bytes
+
+
+@dataclass(frozen=True)
+class RuleLayout:
+    """The rule registers: each stage's first and last requant (``Stage`` of every layer, by
+    ``select``), then each layer's ``M_score``."""
+    selects: int
+    layers: int
+
+    WIDTH = 32
+
+    def first(self, select):
+        return select
+
+    def last(self, select):
+        return self.selects + select
+
+    def score(self, layer):
+        return 2 * self.selects + layer
+
+    @property
+    def count(self):
+        return 2 * self.selects + self.layers
+
+
+def rule_layout(plan):
+    return RuleLayout(plan.epilogue.selects, plan.attention.layers)
+
+
+def load_targets(plan):
+    """The memories of a loadable ``plan``, by their index on the line."""
+    if not plan.loadable:
+        raise ValueError("a baked build takes no LOAD")
+    embedding, attention, lanes = plan.embedding, plan.attention, plan.lanes
+    targets = [
+        ("rules", rule_layout(plan).count, RuleLayout.WIDTH),
+        ("token_embedding", embedding.token_depth, embedding.ways * embedding.token_bits),
+        ("position_embedding", embedding.position_depth, embedding.ways * embedding.position_bits),
+        ("exp_table", attention.exp_depth, max(1, attention.weight_bits)),
+        ("ctx_table", attention.ctx_table_depth, 8),
+    ] + [(f"weights{bank}", lanes.depth, lanes.bank_width(bank)) for bank in range(len(lanes.banks))]
+    return tuple(LoadTarget(index, name, depth, width) for index, (name, depth, width) in enumerate(targets))
+
+
+def rule_values(model):
+    """The model's rules as the registers take them, ``(multiplier, shift)`` in the order of
+    :class:`RuleLayout`: each stage's first pair and last pair (``(0, 0)`` where the stage
+    skips that requant; a layer's ``F`` ends in the next layer's ``r_qkv``, the top's in
+    ``r_out``), then each layer's ``M_score``."""
+    first, last = [], []
+    for index, layer in enumerate(model.layers):
+        requant = layer.requant
+        for step in STAGES:
+            first.append(tuple(requant[step.first]) if step.first else (0, 0))
+            if step.stage == Stage.F:
+                pair = model.layers[index + 1].requant["r_qkv"] if index + 1 < model.n_layers else model.r_out
+            else:
+                pair = requant[step.last] if step.last else (0, 0)
+            last.append(tuple(pair))
+    scores = [tuple(layer.requant["M_score"]) for layer in model.layers]
+    return [(int(m), int(s)) for m, s in first + last + scores]
+
+
+def _pack(values, bits, word_bytes):
+    """Words of ``values`` (one list of entries per word, each ``bits`` wide, two's complement)
+    as bytes."""
+    out = bytearray()
+    mask = (1 << bits) - 1
+    for word in values:
+        number = sum((int(value) & mask) << (bits * at) for at, value in enumerate(word))
+        out += number.to_bytes(word_bytes, "little")
+    return bytes(out)
+
+
+def load_images(plan, model):
+    """The bytes of each memory of a loadable ``plan`` for ``model``: ``{index: bytes}``, after
+    :func:`~.limits.check_limits` (a :class:`~.limits.LimitError` naming the field, the layer
+    and the limit for a model the build cannot take)."""
+    check_limits(model, plan.limits)
+    targets = {target.name: target for target in load_targets(plan)}
+    embedding, attention, lanes = plan.embedding, plan.attention, plan.lanes
+    images = {}
+
+    def put(name, words, bits):
+        images[targets[name].index] = _pack(words, bits, targets[name].word_bytes)
+    rules = [[m | (s << RULE_MULTIPLIER_BITS)] for m, s in
+             ((m & ((1 << RULE_MULTIPLIER_BITS) - 1), s) for m, s in rule_values(model))]
+    put("rules", rules, RuleLayout.WIDTH)
+    put("token_embedding", embedding_words(model.embed, embedding.row_words, embedding.ways), embedding.token_bits)
+    put("position_embedding", embedding_words(model.positions, embedding.row_words, embedding.ways),
+        embedding.position_bits)
+    put("exp_table", [[v] for v in exp_entries(attention, model.exp_lut)], max(1, attention.weight_bits))
+    ctx = []
+    for layer in model.layers:
+        rule = Rule.to8(layer.requant["r_ctx"])
+        ctx += [[rule.apply(q - 256 if q > 127 else q)] for q in range(attention.CTX_ENTRIES)]
+    put("ctx_table", ctx, 8)
+    table = weight_table(lanes, product_matrices(model))
+    for bank in range(len(lanes.banks)):
+        put(f"weights{bank}", [[word] for word in bank_words(lanes, table, bank)], lanes.bank_width(bank))
+    return images
