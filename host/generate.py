@@ -14,7 +14,7 @@ from int8model.train import Tokenizer
 from plan.options import add_model_argument, add_shape_arguments, asked_shape
 
 from .backends import BACKENDS, default_backend, open_backend
-from .device import DeviceError, IdentityMismatch
+from .device import DeviceError, IdentityMismatch, NotLoadable
 
 
 def parse_prompt(text):
@@ -23,6 +23,13 @@ def parse_prompt(text):
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a comma-separated list of token ids") from None
+
+
+def show_progress(done, total):
+    width = 30
+    filled = width * done // max(1, total)
+    print(f"\rloading the model [{'#' * filled}{'.' * (width - filled)}] {done:,} / {total:,} bytes", end="",
+          file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -38,6 +45,10 @@ def main(argv=None):
     parser.add_argument("--generate", type=int, metavar="N",
                         help="tokens to generate (default: up to the end of the context)")
     parser.add_argument("--port", help="serial port of the board (serial backend; default: the attached ULX3S)")
+    parser.add_argument("--load", action="store_true",
+                        help="upload the model into a loadable build first, unless it holds it already (with "
+                             "--backend sim: the simulated board is built for the model's shape with no model "
+                             "in it, and the model travels over its serial line)")
     add_shape_arguments(parser, device_help="the simulated board is built as this part's build would be (sim backend)")
     args = parser.parse_args(argv)
 
@@ -55,7 +66,11 @@ def main(argv=None):
         print(model.identity_line, file=sys.stderr)
         backend_name = args.backend or default_backend()
         backend = open_backend(backend_name, model, port=args.port, model_path=args.model,
-                               shape=asked_shape(args), device=args.device)
+                               shape=asked_shape(args), device=args.device, load=args.load,
+                               loadable=args.loadable, progress=show_progress)
+        if getattr(backend, "upload", None):
+            sent, seconds = backend.upload
+            print(f"\nloaded {sent:,} bytes of memory images in {seconds:.2f} s", file=sys.stderr)
         try:
             tokens = []
             for i, tok in enumerate(backend.generate(prompt, count)):
@@ -66,7 +81,7 @@ def main(argv=None):
             backend.close()
         if args.text is not None:
             print(args.text.lower() + tokenizer.decode(tokens))
-    except (ModelError, DecodeError, DeviceError, IdentityMismatch, ValueError, OSError,
+    except (ModelError, DecodeError, DeviceError, IdentityMismatch, NotLoadable, ValueError, OSError,
             TimeoutError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

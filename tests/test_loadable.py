@@ -1,6 +1,8 @@
 """A loadable build (docs/loading.md): the simulated board built for a shape with no model in
 it, models loaded over its serial line by the host driver, every token held to the golden model."""
 
+import sys
+
 import numpy as np
 import pytest
 import serial
@@ -160,3 +162,20 @@ def test_loadable_plan_refusals():
         make_loadable_plan(Limits(16, 2, 32, 16, 10, multiplier_bits=30))
     with pytest.raises(FitError, match="tables are made of a model's values"):
         make_loadable_plan(limits, Shape(qkv_table=True))
+
+
+@pytest.mark.slow
+def test_generate_loads_the_shipped_model(capsys):
+    """``host.generate --backend sim --load``: the simulated board built for the shipped model's
+    shape with no model in it, the model uploaded with a progress bar and its time, then the
+    generation, every token the golden model's."""
+    from host.generate import main
+    from int8model import load
+    model = load("models/zen32.json")
+    prompt = [3, 1, 4]
+    assert main(["--backend", "sim", "--load", "--model", "models/zen32.json", "--prompt", "3,1,4"]) == 0
+    out, err = capsys.readouterr()
+    count = model.seq_len - len(prompt) + 1
+    assert out.split("\n")[:-1] == [f"GEN {i} {tok}" for i, tok in enumerate(golden_tokens(model, prompt, count))]
+    assert "loading the model [" in err and "loaded " in err, err
+    print(err.splitlines()[-1], file=sys.stderr)
