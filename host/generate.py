@@ -48,7 +48,7 @@ def main(argv=None):
     parser.add_argument("--load", action="store_true",
                         help="upload the model into a loadable build first, unless it holds it already (with "
                              "--backend sim: the simulated board is built for the model's shape with no model "
-                             "in it, and the model travels over its serial line)")
+                             "in it, and the model travels over its serial line; default: off)")
     add_shape_arguments(parser, device_help="the simulated board is built as this part's build would be (sim backend)")
     args = parser.parse_args(argv)
 

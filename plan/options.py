@@ -40,7 +40,7 @@ def add_shape_arguments(parser, *, device_help="the ULX3S's ECP5 part, whose bui
                             "more, a slower place and route (default: off)")
     group.add_argument("--loadable", action="store_true",
                        help="build for the model's shape, with no model baked in: any model of that shape within "
-                            "the build's limits is loaded at run time over the serial line (docs/loading.md)")
+                            "the build's limits is loaded at run time over the serial line, docs/loading.md (default: off)")
     group.add_argument("--attention-rows", type=int, choices=ATTENTION_ROWS, default=DEFAULT_ATTENTION_ROWS,
                        help="cache rows attention reads a cycle, each a bank of block RAM and d_model "
                             "multipliers, the first's in DSP blocks, the others' in LUTs (default: %(default)s)")
