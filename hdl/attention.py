@@ -283,7 +283,8 @@ class Attention(wiring.Component):
                 m.d.comb += clamped_gap.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
                 # A layer's M_score: a constant, or, for a deep model, the query's layer's.
                 multiplier = self.score_rule.multiplier if self.layers == 1 and not plan.loaded else score_multiplier
-                if self.gap_stages == 1:
+                # A loaded M_score's product is registered before its shift (a shifter, not wires).
+                if self.gap_stages - plan.loaded == 1:
                     # The clamped gap goes into the multiplier's own operand register: the
                     # route from the score memory then ends in the DSP block, and only the
                     # product's route follows it.
@@ -294,7 +295,9 @@ class Attention(wiring.Component):
                     m.d.sync += operand.eq(clamped_gap)
                     scaled = split_product(m, operand, multiplier, 1, plan.scaled_bound.bits, f"scaled{r}_{g}")
                 if plan.loaded:
-                    index = scaled >> score_shift
+                    held = Signal.like(scaled, name=f"scaled_held{r}_{g}")
+                    m.d.sync += held.eq(scaled)
+                    index = held >> score_shift
                 elif self.layers == 1:
                     index = scaled >> rule.shift
                 else:
@@ -302,6 +305,9 @@ class Attention(wiring.Component):
                 lut_index = Signal(range(len(entries)), name=f"lut_index{r}_{g}")
                 if self.exp_spread:
                     m.d.comb += lut_index.eq(index)
+                elif plan.loaded:  # a power of two of entries: the clamp is logic on the bits
+                    top = (len(entries) - 1).bit_length()
+                    m.d.comb += lut_index.eq(Mux(index[-1], 0, Mux(index[top:].any(), len(entries) - 1, index[:top])))
                 else:
                     m.d.comb += lut_index.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
                 port = lut.read_port()  # one cycle of latency: lands with the V row

@@ -82,7 +82,8 @@ def epilogue_plan(stages, bounds, d_model, d_ff):
     residual = ResidualPlan(tuple(stored.items()), tuple((s.adds, s.stores) for s in stages), scratch + 1,
                             middle.bits)
     return EpiloguePlan(
-        first=first, residual=residual, last=requant_plan(middle, last_rules, multiplier_input=True),
+        # A loaded rule's product is summed in a stage of its own, before its shifter.
+        first=first, residual=residual, last=requant_plan(middle, last_rules, multiplier_input=True, sum_stage=loaded),
         early=tuple(s.select for s in stages if s.last is None and s.first is not None),
         scratch=scratch, columns=scratch + 1, carried_multiplier_bits=multiplier_bits(last_rules))
 
