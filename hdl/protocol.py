@@ -58,12 +58,14 @@ class CommandProtocol(wiring.Component):
         IDENT's reply (a :class:`wire.Ident`, packed).
     timeout : int
         Cycles of silence inside a frame after which it is dropped as truncated.
-    loadable : bool
-        Whether the build takes models over the line (``LOAD``, ``COMMIT``: docs/loading.md).
-        Then ``FEED`` and ``GENERATE`` are refused ``NO_MODEL`` from the first ``LOAD`` until
-        a ``COMMIT`` whose CRC-32 equals the device's own over every ``LOAD`` payload it took
-        since the last commit or ``RESET``; a commit starts a new sequence and IDENT reports
-        its identity. A baked build answers both ``BAKED``.
+    load_sizes : tuple of int or None
+        A loadable build's memories, the bytes of each one's image by its index on the line
+        (:func:`plan.loading.load_targets`); ``None`` for a baked build, which answers ``LOAD``
+        and ``COMMIT`` ``BAKED`` (docs/loading.md). ``FEED`` and ``GENERATE`` are refused
+        ``NO_MODEL`` from the first ``LOAD`` until a ``COMMIT`` whose CRC-32 equals the
+        device's own over every ``LOAD`` payload it took since the last commit or ``RESET``;
+        a commit starts a new sequence and IDENT reports its identity. A chunk for no memory,
+        or reaching past its memory's image, writes nothing and abandons the load.
     holds_model : bool
         A loadable build's state at power-up: whether its memories start with the model whose
         identity ``ident`` carries (else it refuses to run until a load).
@@ -78,15 +80,16 @@ class CommandProtocol(wiring.Component):
 
     MAX_PAYLOAD = MAX_PAYLOAD
 
-    def __init__(self, *, seq_len, vocab, ident, timeout, loadable=False, holds_model=True):
+    def __init__(self, *, seq_len, vocab, ident, timeout, load_sizes=None, holds_model=True):
         self.seq_len, self.vocab, self.ident, self.timeout = seq_len, vocab, bytes(ident), timeout
-        self.loadable, self.holds_model = loadable, holds_model
+        self.load_sizes = None if load_sizes is None else tuple(load_sizes)
+        self.loadable, self.holds_model = load_sizes is not None, holds_model
         ports = {
             "rx": In(stream.Signature(8)),
             "tx": Out(stream.Signature(8)),
             "engine": Out(EngineControl(seq_len)),
         }
-        if loadable:
+        if self.loadable:
             ports["load"] = Out(stream.Signature(load_layout()))
         super().__init__(ports)
 
@@ -215,7 +218,17 @@ class CommandProtocol(wiring.Component):
                         with m.Case(n + 1):
                             m.d.sync += load_address.word_select(n, 8).eq(buffer_read.data)
                 with m.If(received == LOAD_HEADER - 1):
+                    m.next = "LOAD_RANGE"
+            with m.State("LOAD_RANGE"):
+                # Checked before a byte is written: a chunk lands whole inside its memory's image.
+                sizes = Array(Const(size, 25) for size in self.load_sizes)
+                end = load_address + (length - LOAD_HEADER)
+                with m.If((load_memory < len(self.load_sizes)) & (end <= sizes[load_memory])):
                     m.next = "LOAD_DATA"
+                with m.Else():
+                    m.d.comb += load_crc.start.eq(1)
+                    m.d.sync += loading.eq(0)
+                    fail(Fault.ADDRESS)
             with m.State("LOAD_DATA"):
                 with m.If(received == length):
                     reply(Reply.OK, "HUNT")

@@ -4,6 +4,8 @@ from amaranth.lib.wiring import In, Out
 
 from wire import DEFAULT_BAUD, Ident
 
+from plan.loading import load_targets
+
 from .engine import Engine
 from .protocol import CommandProtocol
 from .uart import UART, divisor_for
@@ -54,8 +56,9 @@ class DeviceTop(wiring.Component):
                            model.seq_len, model.n_layers, shape.lanes, int(clock_hz), int(baud), shape.ways,
                            shape.lut_ways, **stated)
         # A loadable build powers up with no model: it runs once one is committed.
+        load_sizes = tuple(target.size for target in load_targets(plan)) if plan.loadable else None
         self.protocol = CommandProtocol(seq_len=model.seq_len, vocab=model.vocab, ident=self.ident.pack(),
-                                        timeout=round(frame_timeout * clock_hz), loadable=plan.loadable,
+                                        timeout=round(frame_timeout * clock_hz), load_sizes=load_sizes,
                                         holds_model=not plan.loadable)
         self.uart = UART(self.divisor)
         super().__init__()

@@ -29,6 +29,7 @@ class DeviceError(Exception):
         Fault.NO_MODEL: "the device holds no committed model: load one (docs/loading.md)",
         Fault.LOAD: "the model's bytes did not arrive as sent (CRC-32): load it again",
         Fault.BAKED: "this build's model is baked into its bitstream: it loads none",
+        Fault.ADDRESS: "a LOAD chunk for no memory of this build, or past the end of its memory: load again",
     }
 
     def __init__(self, fault):

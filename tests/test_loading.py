@@ -16,7 +16,7 @@ from hdl.protocol import CommandProtocol
 from host.device import Device, DeviceError
 from host.protocol import commit_payload, encode_request, load_payloads
 from sim.protocol_host import SimulatedLine, parse_replies, send_bytes
-from wire import COUNT_FORMAT, POSITION_FORMAT, Command, Fault, Ident, Reply
+from wire import COUNT_FORMAT, LOAD_HEADER_FORMAT, POSITION_FORMAT, Command, Fault, Ident, Reply
 
 SEQ_LEN, VOCAB = 6, 12
 BAKED_SHA = "cd" * 32
@@ -28,6 +28,8 @@ RNG = np.random.default_rng(7)
 # Two memories' images, one of them longer than a chunk.
 IMAGES = {0: RNG.integers(0, 256, 300, dtype=np.uint8).tobytes(), 3: RNG.integers(0, 256, 17, dtype=np.uint8).tobytes()}
 NEW_SHA = "5e" * 32
+# The build's memories: the bytes of each one's image, by index (1 and 2 take none).
+SIZES = tuple(len(IMAGES.get(index, b"")) for index in range(max(IMAGES) + 1))
 
 
 def ok(tag, pos=0):
@@ -43,7 +45,7 @@ def request(command, tag, payload=b""):
 
 
 def loadable_protocol(holds_model):
-    return CommandProtocol(seq_len=SEQ_LEN, vocab=VOCAB, ident=IDENT.pack(), timeout=TIMEOUT, loadable=True,
+    return CommandProtocol(seq_len=SEQ_LEN, vocab=VOCAB, ident=IDENT.pack(), timeout=TIMEOUT, load_sizes=SIZES,
                            holds_model=holds_model)
 
 
@@ -196,6 +198,35 @@ def test_a_model_at_power_up_runs_until_a_load_begins():
         (request(Command.FEED, 4, bytes([3])), error(4, Fault.NO_MODEL)),
     ], holds_model=True)
     assert ops == [Op.FEED]
+
+
+def chunk(memory, address, size):
+    return struct.pack(LOAD_HEADER_FORMAT, memory, address & 0xFFFF, address >> 16) + bytes(range(1, size + 1))
+
+
+@pytest.mark.parametrize("memory, address, size", [
+    (len(SIZES), 0, 1),                        # no such memory
+    (1, 0, 1),                                 # a memory of no bytes
+    (3, SIZES[3] - 4, 5),                      # one byte past the end
+    (0, (1 << 24) - 1, 2),                     # past the end of the address space
+], ids=["no memory", "an empty memory", "a byte past the end", "wrapping"])
+def test_a_chunk_outside_its_memory_writes_nothing_and_abandons_the_load(memory, address, size):
+    """Refused ADDRESS before a byte moves: nothing is written, the commit of what came before
+    is refused, nothing runs; the whole load again is taken. A chunk ending at its memory's
+    last byte is taken (every image is sent whole)."""
+    loads, payloads = load_steps(10)
+    again, _ = load_steps(40)
+    written, ops = session([
+        loads[0],
+        (request(Command.LOAD, 2, chunk(memory, address, size)), error(2, Fault.ADDRESS)),
+        *loads[1:],
+        (request(Command.COMMIT, 4, commit_payload(NEW_SHA, payloads)), error(4, Fault.LOAD)),
+        (request(Command.FEED, 5, bytes([3])), error(5, Fault.NO_MODEL)),
+        *again,
+        (request(Command.COMMIT, 6, commit_payload(NEW_SHA, payloads)), ok(6)),
+    ], holds_model=False)
+    assert as_images(written) == IMAGES
+    assert ops == [Op.NEW]
 
 
 @pytest.mark.parametrize("payload", [b"\x00\x00\x00\x00", b"\x01" * 35])

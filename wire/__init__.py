@@ -69,6 +69,7 @@ class Fault(enum.IntEnum):
     NO_MODEL = 9     # FEED or GENERATE before a load is committed
     LOAD = 10        # COMMIT whose CRC-32 is not the device's over what it took: load again
     BAKED = 11       # LOAD or COMMIT to a build whose model is baked in
+    ADDRESS = 12     # LOAD to no memory, or past the end of its memory's image: the load is abandoned
 
 
 POSITION_FORMAT = "<H"
