@@ -76,6 +76,9 @@ class CommandProtocol(wiring.Component):
     tx : ``Out(stream.Signature(8))``, bytes to the host.
     engine : ``Out(EngineControl(seq_len))``, the engine's control.
     load : ``Out(stream.Signature(load_layout()))``, a loadable build's bytes to its memories.
+    listening : ``Out(1)``, whether a byte on ``rx`` this cycle is taken into a frame (or
+        looked at for a sync byte): bytes offered while it is low are dropped.
+    idle : ``Out(1)``, between frames: nothing received, running or replying.
     """
 
     MAX_PAYLOAD = MAX_PAYLOAD
@@ -88,6 +91,8 @@ class CommandProtocol(wiring.Component):
             "rx": In(stream.Signature(8)),
             "tx": Out(stream.Signature(8)),
             "engine": Out(EngineControl(seq_len)),
+            "listening": Out(1),
+            "idle": Out(1),
         }
         if self.loadable:
             ports["load"] = Out(stream.Signature(load_layout()))
@@ -271,13 +276,14 @@ class CommandProtocol(wiring.Component):
         m.d.comb += engine.cmd.payload.arg.eq(arg)
         with m.FSM():
             with m.State("HUNT"):
+                m.d.comb += [self.listening.eq(1), self.idle.eq(1)]
                 with m.If(got & (byte == REQUEST_SYNC)):
                     m.d.comb += rx_crc.start.eq(1)
                     m.d.sync += [in_frame.eq(1), received.eq(0), bad_token.eq(0)]
                     m.next = "COMMAND"
             for name, target, following in (("COMMAND", command, "TAG"), ("TAG", tag, "LENGTH")):
                 with m.State(name):
-                    m.d.comb += [rx_crc.valid.eq(got)]
+                    m.d.comb += [rx_crc.valid.eq(got), self.listening.eq(1)]
                     with m.If(got):
                         m.d.sync += target.eq(byte)
                         m.next = following
@@ -285,7 +291,7 @@ class CommandProtocol(wiring.Component):
                         m.d.sync += in_frame.eq(0)
                         fail(Fault.TRUNCATED)
             with m.State("LENGTH"):
-                m.d.comb += [rx_crc.valid.eq(got)]
+                m.d.comb += [rx_crc.valid.eq(got), self.listening.eq(1)]
                 with m.If(got):
                     m.d.sync += length.eq(byte)
                     m.next = "PAYLOAD"
@@ -296,7 +302,7 @@ class CommandProtocol(wiring.Component):
                 with m.If(received == length):
                     m.next = "CHECK"
                 with m.Else():
-                    m.d.comb += [rx_crc.valid.eq(got), buffer_write.en.eq(got)]
+                    m.d.comb += [rx_crc.valid.eq(got), buffer_write.en.eq(got), self.listening.eq(1)]
                     with m.If(got):
                         m.d.sync += received.eq(received + 1)
                         if vocab < 256:
@@ -306,6 +312,7 @@ class CommandProtocol(wiring.Component):
                         m.d.sync += in_frame.eq(0)
                         fail(Fault.TRUNCATED)
             with m.State("CHECK"):
+                m.d.comb += self.listening.eq(1)
                 with m.If(got):
                     m.d.sync += in_frame.eq(0)
                     with m.If(byte != rx_crc.crc):

@@ -4,8 +4,9 @@ from amaranth.lib.wiring import In, Out
 
 from wire import DEFAULT_BAUD, Ident
 
-from plan.loading import load_targets
+from plan.loading import boot_pattern, load_targets
 
+from .boot import BootReplay, connect_boot
 from .engine import Engine
 from .protocol import CommandProtocol
 from .uart import UART, divisor_for
@@ -25,6 +26,9 @@ class DeviceTop(wiring.Component):
     contents : :class:`plan.Contents` or ``None``
         The memories' initial values; ``None``: zero (a loadable plan's always: its model comes
         over the line, ``LOAD`` and ``COMMIT``, and IDENT states its limits).
+    boot : bytes or ``None``
+        A loadable plan's boot image (``plan.boot_depth`` bytes, replayed at power-up:
+        :class:`hdl.boot.BootReplay`); ``None``: :func:`plan.loading.boot_pattern`, no model.
     clock_hz : int
         The engine clock; with ``baud`` it sets the UART divisor and goes into IDENT.
     frame_timeout : float
@@ -41,7 +45,7 @@ class DeviceTop(wiring.Component):
     tx: Out(1, init=1)
     leds: Out(8)
 
-    def __init__(self, plan, contents=None, *, clock_hz, baud=DEFAULT_BAUD, frame_timeout=0.01):
+    def __init__(self, plan, contents=None, *, boot=None, clock_hz, baud=DEFAULT_BAUD, frame_timeout=0.01):
         self.plan, self.clock_hz, self.baud = plan, clock_hz, baud
         self.divisor, self.baud_error = divisor_for(clock_hz, baud)
         if self.baud_error > 0.02:
@@ -61,6 +65,9 @@ class DeviceTop(wiring.Component):
                                         timeout=round(frame_timeout * clock_hz), load_sizes=load_sizes,
                                         holds_model=not plan.loadable)
         self.uart = UART(self.divisor)
+        if boot is not None and len(boot) != plan.boot_depth:
+            raise ValueError(f"the plan's boot image has {plan.boot_depth} bytes, not {len(boot)}")
+        self.boot = BootReplay(boot_pattern(plan.boot_depth) if boot is None else boot) if plan.boot else None
         super().__init__()
 
     def elaborate(self, platform):
@@ -68,8 +75,11 @@ class DeviceTop(wiring.Component):
         m.submodules.engine = engine = self.engine
         m.submodules.protocol = protocol = self.protocol
         m.submodules.uart = uart = self.uart
-        wiring.connect(m, uart.o, protocol.rx)
-        wiring.connect(m, protocol.tx, uart.i)
+        if self.boot is None:
+            wiring.connect(m, uart.o, protocol.rx)
+            wiring.connect(m, protocol.tx, uart.i)
+        else:
+            connect_boot(m, self.boot, uart.o, uart.i, protocol)
         wiring.connect(m, protocol.engine.cmd, engine.cmd)
         wiring.connect(m, engine.tokens, protocol.engine.tokens)
         m.d.comb += protocol.engine.status.eq(engine.status)

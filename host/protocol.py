@@ -6,38 +6,11 @@ computed by :func:`wire.crc8`. The numbers of commands, replies and faults are t
 device is built with (:mod:`wire`).
 """
 
-import struct
-import zlib
+from wire import REPLY_SYNC, Command, Fault, Reply, crc8
+from wire.frames import commit_payload, encode_request, load_frames, load_payloads
 
-from wire import (COMMIT_FORMAT, LOAD_HEADER_FORMAT, MAX_LOAD_DATA, MAX_PAYLOAD, REPLY_SYNC, REQUEST_SYNC, Command,
-                  Fault, Reply, crc8)
-
-__all__ = ["crc8", "encode_request", "load_payloads", "commit_payload", "FrameReader", "Command", "Reply", "Fault"]
-
-
-def encode_request(command, tag, payload=b""):
-    if len(payload) > MAX_PAYLOAD:
-        raise ValueError(f"a frame carries at most {MAX_PAYLOAD} payload bytes, not {len(payload)}")
-    body = bytes([command, tag, len(payload)]) + bytes(payload)
-    return bytes([REQUEST_SYNC]) + body + bytes([crc8(body)])
-
-
-def load_payloads(images, chunk=MAX_LOAD_DATA):
-    """The LOAD payloads that write ``images`` (``{memory: bytes}``), each image in chunks of
-    ``chunk`` bytes from address 0."""
-    for memory, image in images.items():
-        if len(image) > 1 << 24:
-            raise ValueError(f"memory {memory}'s image has {len(image)} bytes; a LOAD addresses 2**24")
-        for at in range(0, len(image), chunk):
-            yield struct.pack(LOAD_HEADER_FORMAT, memory, at & 0xFFFF, at >> 16) + bytes(image[at:at + chunk])
-
-
-def commit_payload(sha256, payloads):
-    """COMMIT's payload after ``payloads`` were taken: the identity, the CRC-32 (zlib's) over them."""
-    check = 0
-    for payload in payloads:
-        check = zlib.crc32(payload, check)
-    return struct.pack(COMMIT_FORMAT, bytes.fromhex(sha256), check)
+__all__ = ["crc8", "encode_request", "load_payloads", "commit_payload", "load_frames", "FrameReader",
+           "Command", "Reply", "Fault"]
 
 
 class FrameReader:

@@ -7,7 +7,14 @@ bits. The rule registers are a memory of their own: a word per rule, its multipl
 low 24 bits (two's complement), its shift in the top byte.
 """
 
+import struct
 from dataclasses import dataclass
+
+import numpy as np
+
+from wire import COMMIT_FORMAT, LOAD_HEADER_FORMAT, MAX_LOAD_DATA, REQUEST_SYNC
+from wire.frames import load_frames
+from wire.line import FRAMING
 
 from .arithmetic import Rule
 from .attention import exp_entries
@@ -16,9 +23,13 @@ from .lanes import bank_words, weight_table
 from .limits import check_limits
 from .schedule import STAGES, Stage, product_matrices
 
-__all__ = ["LoadTarget", "load_targets", "RuleLayout", "rule_values", "load_images", "RULE_MULTIPLIER_BITS"]
+__all__ = ["LoadTarget", "load_targets", "RuleLayout", "rule_values", "load_images", "RULE_MULTIPLIER_BITS",
+           "BOOT_BLOCK", "load_frame_bytes", "boot_pattern", "boot_image"]
 
 RULE_MULTIPLIER_BITS = 24  # a rule word's multiplier field; the limits' multipliers are at most this wide
+
+# The boot image's depth is whole block RAMs of 2048 × 9 (ecpbram rewrites 512-word slices).
+BOOT_BLOCK = 2048
 
 
 @dataclass(frozen=True)
@@ -138,3 +149,35 @@ def load_images(plan, model):
     for bank in range(len(lanes.banks)):
         put(f"weights{bank}", [[word] for word in bank_words(lanes, table, bank)], lanes.bank_width(bank))
     return images
+
+
+def load_frame_bytes(plan):
+    """The bytes of the request frames that load a model into ``plan``'s memories and commit
+    it (``host.protocol.load_frames``): each image in chunks of ``MAX_LOAD_DATA`` bytes, each
+    chunk a ``LOAD`` frame with its header, then the ``COMMIT``."""
+    header = struct.calcsize(LOAD_HEADER_FORMAT)
+    total = FRAMING + struct.calcsize(COMMIT_FORMAT)
+    for target in load_targets(plan):
+        total += target.size + -(-target.size // MAX_LOAD_DATA) * (FRAMING + header)
+    return total
+
+
+def boot_pattern(depth):
+    """A loadable build's boot image as synthesised: bytes no rewrite has touched, random so
+    that ecpbram finds each 512-word slice of them in the bitstream and nowhere else, and never
+    the request's sync byte, so that at power-up the protocol hears no frame in them (and runs
+    no model)."""
+    values = np.random.default_rng(0xB007).integers(0, 255, depth)
+    return bytes((values + (values >= REQUEST_SYNC)).astype(np.uint8))
+
+
+def boot_image(plan, model):
+    """A loadable ``plan``'s boot image holding ``model``: its load's frames, then zeros to
+    ``plan.boot_depth`` bytes (:class:`hdl.boot.BootReplay` replays them at power-up; a model
+    outside the build's limits is refused, :func:`load_images`)."""
+    if not plan.boot:
+        raise ValueError("this build holds no boot image: a whole load's frames do not fit beside it")
+    frames = load_frames(load_images(plan, model), model.sha256)
+    if len(frames) > plan.boot_depth:
+        raise ValueError(f"a load takes {len(frames)} bytes of frames; the boot image holds {plan.boot_depth}")
+    return frames + bytes(plan.boot_depth - len(frames))

@@ -20,7 +20,7 @@ from wire import MAX_PAYLOAD, Ident
 from .arithmetic import ResultTable
 from .attention import AttentionPlan, attention_plan, loaded_attention_plan
 from .limits import Limits, envelope
-from .loading import RULE_MULTIPLIER_BITS
+from .loading import BOOT_BLOCK, RULE_MULTIPLIER_BITS, load_frame_bytes
 from .lanes import LanesPlan, lanes_plan
 from .parts import BLOCK_BITS, PARTS, Part, blocks_for
 from .schedule import LAYER_MATRICES, MATRICES, Matrix, head_index, hidden_rules, product_matrices, stage_plans
@@ -92,11 +92,19 @@ class Plan:
     argmax: ArgMaxPlan
     memories: tuple
     limits: Limits | None = None
+    boot_depth: int = 0
+
 
     @property
     def loadable(self):
         """A build for a shape, its model loaded at run time within ``limits`` (docs/loading.md)."""
         return self.limits is not None
+
+    @property
+    def boot(self):
+        """Whether a loadable build holds a boot image (``boot_depth`` bytes): frames replayed at
+        power-up, which ``hdl.build --from`` rewrites to hold a model's load."""
+        return self.boot_depth > 0
 
     # -- The step's data flow, from the schedule.
 
@@ -245,9 +253,10 @@ def _lanes_output_width(lanes):
             + _range_bits(len(lanes.matrices)) + 1)
 
 
-def _device_memories(model):
+def _device_memories(model, loadable):
     """The command protocol's memories, beside the engine's."""
-    return [
+    identity = [MemoryPlan("protocol.identity", "the committed model's sha256", 32, 8, "distributed")]
+    return (identity if loadable else []) + [
         MemoryPlan("protocol.buffer", "a request's payload", MAX_PAYLOAD, 8, "distributed"),
         MemoryPlan("protocol.ident", "IDENT's reply", Ident.size(), 8, "logic"),
         MemoryPlan("protocol.pending.storage", "generated tokens, until a reply carries them", model.seq_len + 1, 8,
@@ -308,9 +317,17 @@ def _assemble(summary, shape, part, bounds, stages, embedding, qkv, matrices, hi
     # The head's logits go to the arg-max a whole group of lanes at once.
     argmax = argmax_plan(lanes.acc_bits, summary.vocab, shape.lanes)
     memories = _memories(summary, shape, embedding, qkv, lanes, feed_width, attention, cache, epilogue)
-    memories += _device_memories(summary)
+    memories += _device_memories(summary, limits is not None)
     plan = Plan(summary, part, shape, stages, embedding, qkv, lanes, -(-max(summary.d_model, summary.d_ff) // ways),
                 epilogue, attention, cache, argmax, tuple(memories), limits)
+    if limits is not None:
+        # A boot image where the part has the block RAM for a whole load's frames; else none.
+        depth = -(-load_frame_bytes(plan) // BOOT_BLOCK) * BOOT_BLOCK
+        image = MemoryPlan("boot.image", "the frames replayed at power-up (a model, once hdl.build --from wrote it)",
+                           depth, 8, "block")
+        booting = dataclasses.replace(plan, memories=plan.memories + (image,), boot_depth=depth)
+        if part is None or booting.block_rams <= part.DP16KD:
+            plan = booting
     if part is not None:
         check_fit(plan, part)
     return plan

@@ -10,7 +10,7 @@ import tty
 from pathlib import Path
 
 import cocotb
-from cocotb.triggers import FallingEdge, Timer
+from cocotb.triggers import ClockCycles, FallingEdge, Timer
 
 from .bench import start
 from .runner import bench_params
@@ -56,6 +56,9 @@ async def serve(dut):
     os.set_blocking(master, False)
     dut.rx.value = 1
     await start(dut)
+    if params["boots"]:  # the line is heard once the boot image is replayed (hdl.boot)
+        while dut.boot.booting.value:
+            await ClockCycles(dut.clk, 256)
     cocotb.start_soon(to_host(dut, master, divisor))
     ready = Path(params["ready"])
     ready.write_text(os.ttyname(slave))

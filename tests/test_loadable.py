@@ -88,6 +88,24 @@ def test_two_models_in_turn(deep_board, deep_models):
 
 
 @pytest.mark.slow
+def test_a_boot_image_runs_its_model_at_power_up(deep_models, tmp_path):
+    """A board whose boot image holds the second model, as ``hdl.build --from`` writes it: at
+    power-up, with nothing sent, IDENT names that model and it runs to the end of its context,
+    every token the golden model's."""
+    deep_models[0].save(tmp_path / "shape.json")
+    deep_models[1].save(tmp_path / "boot.json")
+    board = SimulatedBoard(tmp_path / "shape.json", loadable=True, boot=tmp_path / "boot.json")
+    device = Device(serial.Serial(board.port, timeout=60))
+    try:
+        assert device.ident().sha256 == deep_models[1].sha256
+        got, want = run_to_the_end(device, deep_models[1], [7, 2])
+        assert got == want
+    finally:
+        device.close()
+        board.close()
+
+
+@pytest.mark.slow
 def test_half_loaded_model_never_runs(deep_board, deep_models):
     """Chunks of a load, then no commit: FEED and GENERATE are refused; a RESET abandons the
     load (still refused); a whole load then runs."""

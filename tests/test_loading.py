@@ -9,14 +9,20 @@ import struct
 import numpy as np
 import pytest
 
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hdl.interface import Op
-from hdl.protocol import CommandProtocol
+from hdl.boot import BootReplay, connect_boot
+from hdl.interface import EngineControl, Op
+from hdl.protocol import CommandProtocol, load_layout
 from host.device import Device, DeviceError
-from host.protocol import commit_payload, encode_request, load_payloads
+from host.protocol import commit_payload, encode_request, load_frames, load_payloads
+from plan.loading import BOOT_BLOCK, boot_pattern
 from sim.protocol_host import SimulatedLine, parse_replies, send_bytes
-from wire import COUNT_FORMAT, LOAD_HEADER_FORMAT, POSITION_FORMAT, Command, Fault, Ident, Reply
+from wire import COMMIT_FORMAT, COUNT_FORMAT, LOAD_HEADER_FORMAT, POSITION_FORMAT, Command, Fault, Ident, Reply
+from wire.line import FRAMING
 
 SEQ_LEN, VOCAB = 6, 12
 BAKED_SHA = "cd" * 32
@@ -30,6 +36,9 @@ IMAGES = {0: RNG.integers(0, 256, 300, dtype=np.uint8).tobytes(), 3: RNG.integer
 NEW_SHA = "5e" * 32
 # The build's memories: the bytes of each one's image, by index (1 and 2 take none).
 SIZES = tuple(len(IMAGES.get(index, b"")) for index in range(max(IMAGES) + 1))
+
+
+BOOTED = object()  # a session's step: wait until the boot image is replayed
 
 
 def ok(tag, pos=0):
@@ -73,10 +82,11 @@ def stand_ins(dut, written, ops):
     return engine, memories
 
 
-def session(steps, *, holds_model):
+def session(steps, *, holds_model=False, dut=None):
     """Send each step's frame, read its replies, and compare them with the step's; returns the
-    bytes the protocol sent towards the memories and the ops the engine was given."""
-    dut = loadable_protocol(holds_model)
+    bytes the protocol sent towards the memories and the ops the engine was given. ``dut``: the
+    loadable protocol by default; a step ``BOOTED`` waits for the end of its boot."""
+    dut = dut or loadable_protocol(holds_model)
     written, ops, replies, failures = {}, [], [], []
     engine, memories = stand_ins(dut, written, ops)
 
@@ -87,7 +97,11 @@ def session(steps, *, holds_model):
                 replies.append(byte)
 
     async def host(ctx):
-        for frame, expected in steps:
+        for step in steps:
+            if step is BOOTED:
+                await ctx.tick().until(dut.booting == 0)
+                continue
+            frame, expected = step
             start = len(replies)
             await send_bytes(ctx, dut.rx, frame, BYTE_CYCLES)
             for _ in range(REPLY_LIMIT // 16):
@@ -273,3 +287,72 @@ def test_the_host_loads_a_model_and_runs_it(corrupt):
     total = sum(map(len, IMAGES.values()))
     assert progress[-1] == (total, total) and len(progress) == len(list(load_payloads(IMAGES)))
     assert ops == [Op.NEW, Op.PREFILL, Op.FEED]
+
+
+class BootedProtocol(wiring.Component):
+    """A boot image, the line and the loadable protocol, joined as the device joins them
+    (:func:`hdl.boot.connect_boot`), without the UART."""
+
+    def __init__(self, image):
+        self.boot, self.protocol = BootReplay(image), loadable_protocol(holds_model=False)
+        super().__init__({"rx": In(stream.Signature(8)), "tx": Out(stream.Signature(8)),
+                          "engine": Out(EngineControl(SEQ_LEN)), "load": Out(stream.Signature(load_layout())),
+                          "booting": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.protocol = self.protocol
+        connect_boot(m, self.boot, wiring.flipped(self.rx), wiring.flipped(self.tx), self.protocol)
+        wiring.connect(m, self.protocol.engine, wiring.flipped(self.engine))
+        wiring.connect(m, self.protocol.load, wiring.flipped(self.load))
+        m.d.comb += self.booting.eq(self.boot.booting)
+        return m
+
+
+def boot_of(frames):
+    return frames + bytes(BOOT_BLOCK - len(frames))
+
+
+def test_a_boot_image_loads_its_model_at_power_up():
+    """The frames of a load and its commit in the boot image: at power-up every byte is where
+    it belongs, IDENT reports the model's identity and a FEED runs, no LOAD on the line."""
+    written, ops = session([
+        BOOTED,
+        (request(Command.IDENT, 1), [(Reply.IDENT, 1, ident_with(NEW_SHA))]),
+        (request(Command.FEED, 2, bytes([3, 4])), ok(2, 2)),
+    ], dut=BootedProtocol(boot_of(load_frames(IMAGES, NEW_SHA))))
+    assert as_images(written) == IMAGES
+    assert ops == [Op.NEW, Op.PREFILL, Op.FEED]
+
+
+def test_the_line_is_not_heard_while_booting():
+    """A frame sent at power-up, while the image replays, is dropped unanswered: the host's
+    retry finds the model loaded."""
+    _, ops = session([
+        (request(Command.FEED, 1, bytes([3])), []),
+        BOOTED,
+        (request(Command.FEED, 2, bytes([3])), ok(2, 1)),
+    ], dut=BootedProtocol(boot_of(load_frames(IMAGES, NEW_SHA))))
+    assert ops == [Op.NEW, Op.FEED]
+
+
+@pytest.mark.parametrize("image", ["pattern", "a chunk corrupted", "the commit's CRC-32 wrong"])
+def test_a_boot_image_without_a_whole_model_runs_nothing(image):
+    """As synthesised (bytes with no frame in them), with one byte of a chunk changed (its CRC-8
+    refuses it) or with a commit that does not match what was loaded: no model, IDENT the
+    build's own identity."""
+    frames = bytearray(load_frames(IMAGES, NEW_SHA))
+    if image == "a chunk corrupted":
+        frames[20] ^= 0x01
+    elif image == "the commit's CRC-32 wrong":
+        frames[:] = load_frames(IMAGES, NEW_SHA)[:-(FRAMING + struct.calcsize(COMMIT_FORMAT))]
+        frames += encode_request(Command.COMMIT, 9, commit_payload(NEW_SHA, list(load_payloads(IMAGES))[1:]))
+    boot = boot_pattern(BOOT_BLOCK) if image == "pattern" else boot_of(bytes(frames))
+    written, ops = session([
+        BOOTED,
+        (request(Command.IDENT, 1), [(Reply.IDENT, 1, IDENT.pack())]),
+        (request(Command.FEED, 2, bytes([3])), error(2, Fault.NO_MODEL)),
+    ], dut=BootedProtocol(boot))
+    assert ops == []
+    if image == "pattern":
+        assert written == {}

@@ -9,7 +9,7 @@ import pytest
 from int8model import Golden, load
 from int8model.golden import c8, rq
 from int8model.synthetic import random_model
-from plan import PARTS, FitError, Shape, choose_plan, make_contents, make_plan
+from plan import PARTS, FitError, Shape, choose_plan, limits_for, make_contents, make_plan
 from plan.schedule import MATRICES, STAGES, Matrix, Stage
 
 SHIPPED = "models/zen32.json"
@@ -106,6 +106,7 @@ DESIGNS = [
                                                                            attention_rows=4)), None),
     ("random d_model 64, d_ff 128", (3, 64, 4, 128, 64, 64, 1, None), "85F"),
     ("random 4 layers", (4, 32, 4, 64, 40, 48, 4, None), "85F"),
+    ("shipped shape loadable, its boot image", "loadable", "85F"),
 ]
 
 
@@ -121,11 +122,15 @@ def test_the_plan_counts_what_the_design_instantiates(tmp_path, model_shape, dev
     if model_shape is None:
         model = load(SHIPPED)
         plan = choose_plan(model, device or "85F")
+    elif model_shape == "loadable":
+        model = load(SHIPPED)
+        plan = choose_plan(None, device, limits=limits_for(model))
+        assert plan.boot
     else:
         seed, d, heads, d_ff, vocab, seq_len, layers, shape = model_shape
         model = random_model(np.random.default_rng(seed), d, heads, d_ff, vocab, seq_len, n_layers=layers)
         plan = choose_plan(model, device) if shape is None else make_plan(model, shape)
-    top = DeviceTop(plan, make_contents(plan, model), clock_hz=60_000_000)
+    top = DeviceTop(plan, None if plan.loadable else make_contents(plan, model), clock_hz=60_000_000)
     design = mapped_resources(top, "top", tmp_path)
     planned = sorted((m.path, m.depth, m.width, m.style) for m in plan.memories)
     assert design["memories"] == planned
