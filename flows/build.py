@@ -7,7 +7,8 @@ part, the clock asked of the PLL against nextpnr's fmax, cycles per token counte
 simulation, tokens per second at that clock and as a host receives them over the serial line,
 and the model's identity. By default the build searches for the fastest clock at which it meets
 timing (``flows.clock``); a model that does not fit the part is refused before synthesis; a
-build that misses timing fails and says so.
+build that misses timing fails and says so. With ``--from DIR``, the model is written into the
+loadable build in DIR instead, in seconds (``flows.rewrite``).
 """
 
 import argparse
@@ -20,12 +21,13 @@ from pathlib import Path
 from hdl.fanout import KEEP_REPLICAS
 from int8model.bounds import BoundsError
 from int8model.format import ModelError, load
-from plan import FitError, make_contents
+from plan import FitError, LimitError, make_contents
 from plan.options import add_model_argument, add_shape_arguments, plan_from_arguments
 from wire import DEFAULT_BAUD
 from wire.line import generation_on_the_line
 
 from .clock import MAX_BAUD_ERROR, TARGET_CLOCK_HZ, Attempt, next_attempt
+from .rewrite import RewriteError, rewrite
 from .toolchain import (SYNTH_CHECK, SYNTH_OPTIONS, critical_path, fmax_of, nextpnr_options, run_toolchain,
                         utilisation)
 
@@ -74,6 +76,14 @@ def text_report(r):
         f"bitstream: {r['bitstream']}",
         f"build time: {r['build_seconds']:.0f} s",
     ]
+    limits, boot = r["plan"].get("limits"), r.get("boot")
+    if limits:
+        image = r["plan"]["boot_depth"]
+        lines.append("loadable: any model of its shape within its limits, over the line (host.generate --load); "
+                     + (f"a boot image of {image} bytes" if image else "no boot image (no block RAM left for one)"))
+    if boot:
+        lines.append(f"boot image: {r['model_sha256'][:16]}'s load, {boot['frames_bytes']} bytes of frames, written "
+                     f"into {boot['from']}'s bitstream in {boot['rewrite_seconds']:.1f} s: it runs at power-up")
     return "\n".join(lines) + "\n"
 
 
@@ -95,7 +105,13 @@ def main(argv=None):
                         help="where the bitstream and the report go (default: %(default)s)")
     parser.add_argument("--program", action="store_true",
                         help="load the bitstream with openFPGALoader (default: only build)")
+    parser.add_argument("--from", dest="source", type=Path, metavar="DIR",
+                        help="write --model into the loadable build in DIR (its --out) instead of building: its "
+                             "bitstream, powering up with the model, in seconds; the shape is DIR's "
+                             "(default: build)")
     args = parser.parse_args(argv)
+    if args.source is not None:
+        return rewrite_main(args)
 
     from boards.ulx3s import PLATFORMS, ULX3STop, pll_parameters
     from hdl.uart import divisor_for
@@ -135,10 +151,10 @@ def main(argv=None):
             return 1
         tried.append(Attempt(attempt.clock_hz, attempt.seed, fmax))
         print(f"  fmax {fmax:.2f} MHz: " + ("timing met" if tried[-1].met else "timing missed"), file=sys.stderr)
+        build_seconds += seconds
         if args.clock is not None:
             break
         attempt = next_attempt(tried, baud=args.baud, attempts=args.attempts)
-        build_seconds += seconds
     final = tried[-1]  # the bitstream on disk is the last run's
 
     print("counting cycles per token in simulation", file=sys.stderr)
@@ -174,11 +190,34 @@ def main(argv=None):
               + ("; lower --clock" if args.clock is not None else f" after {len(tried)} runs; give --clock"),
               file=sys.stderr)
         return 1
-    if args.program:
-        if not shutil.which("openFPGALoader"):
-            print("error: openFPGALoader is not installed (apt install openfpgaloader)", file=sys.stderr)
-            return 1
-        subprocess.run(["openFPGALoader", "--board", "ulx3s", str(out / "top.bit")], check=True)
+    return program(out) if args.program else 0
+
+
+def rewrite_main(args):
+    """``--from``: the model into an existing loadable build's bitstream, with a new report."""
+    try:
+        model = load(args.model)
+        print(model.identity_line)
+        if not (args.source / "report.json").exists():
+            raise RewriteError(f"{args.source} holds no build (no report.json): build it with --loadable first")
+        out = args.out.resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        result = rewrite(args.source.resolve(), model, out, args.model)
+    except (ModelError, BoundsError, LimitError, RewriteError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    (out / "report.json").write_text(json.dumps(result, indent=2) + "\n")
+    text = text_report(result)
+    (out / "report.txt").write_text(text)
+    print(text, end="")
+    return program(out) if args.program else 0
+
+
+def program(out):
+    if not shutil.which("openFPGALoader"):
+        print("error: openFPGALoader is not installed (apt install openfpgaloader)", file=sys.stderr)
+        return 1
+    subprocess.run(["openFPGALoader", "--board", "ulx3s", str(out / "top.bit")], check=True)
     return 0
 
 

@@ -11,7 +11,7 @@ class BootReplay(wiring.Component):
     loadable build's bitstream) or, as synthesised, bytes that hold no frame. A model so loaded
     passes the protocol's own checks, CRC-8 and CRC-32, before it runs.
 
-    A byte is offered when the protocol listens (``listening``), so none is dropped. Until the
+    A byte is offered only where the protocol takes it (``listening``), so none is dropped. Until the
     image's last byte is taken and the protocol is idle, the line's bytes are dropped and the
     protocol's replies go nowhere; then the line and the protocol are joined.
 
@@ -44,19 +44,23 @@ class BootReplay(wiring.Component):
         m.submodules.image = image = memory.Memory(shape=8, depth=depth, init=self.image,
                                                    attrs={"ram_style": "block"})
         read = image.read_port()
-        address = Signal(range(depth + 1))  # the byte on offer, read a cycle after its address
-        primed = Signal()
+        address = Signal(range(depth))  # of the next byte to offer
         replayed = Signal()
-        take = Signal()
-        m.d.comb += [take.eq(primed & ~replayed & self.listening), read.addr.eq(address + take)]
-        m.d.sync += [primed.eq(1), address.eq(address + take)]
-        with m.If(take & (address == depth - 1)):
-            m.d.sync += replayed.eq(1)
-        with m.If(replayed & self.idle):
+        # A byte at most every other cycle, offered when the protocol listened the cycle before:
+        # it still listens (a listening state leaves only on a byte or a timeout), and the offer
+        # is a register, not a path through the protocol's state. The read is a cycle ahead.
+        offer = Signal()
+        m.d.comb += read.addr.eq(address)
+        m.d.sync += offer.eq(self.listening & ~offer & ~replayed)
+        with m.If(offer):
+            m.d.sync += address.eq(address + 1)
+            with m.If(address == depth - 1):
+                m.d.sync += replayed.eq(1)
+        with m.If(replayed & ~offer & self.idle):
             m.d.sync += self.booting.eq(0)
 
         with m.If(self.booting):
-            m.d.comb += [self.rx.valid.eq(take), self.rx.payload.eq(read.data),
+            m.d.comb += [self.rx.valid.eq(offer), self.rx.payload.eq(read.data),
                          self.line_rx.ready.eq(1), self.tx.ready.eq(1)]
         with m.Else():
             m.d.comb += [self.rx.valid.eq(self.line_rx.valid), self.rx.payload.eq(self.line_rx.payload),

@@ -152,6 +152,7 @@ class CommandProtocol(wiring.Component):
             ident_byte = Mux(sent < SHA256_BYTES, identity_read.data, ident_read.data)
             load_memory = Signal(8)
             load_address = Signal(24)
+            load_end, load_size, load_known = Signal(25), Signal(25), Signal()  # the chunk's, for its check
             commit_mismatch = Signal()
             m.d.comb += [self.load.payload.memory.eq(load_memory), self.load.payload.address.eq(load_address),
                          self.load.payload.data.eq(buffer_read.data)]
@@ -227,8 +228,11 @@ class CommandProtocol(wiring.Component):
             with m.State("LOAD_RANGE"):
                 # Checked before a byte is written: a chunk lands whole inside its memory's image.
                 sizes = Array(Const(size, 25) for size in self.load_sizes)
-                end = load_address + (length - LOAD_HEADER)
-                with m.If((load_memory < len(self.load_sizes)) & (end <= sizes[load_memory])):
+                m.d.sync += [load_end.eq(load_address + (length - LOAD_HEADER)), load_size.eq(sizes[load_memory]),
+                             load_known.eq(load_memory < len(self.load_sizes))]
+                m.next = "LOAD_CHECK"
+            with m.State("LOAD_CHECK"):
+                with m.If(load_known & (load_end <= load_size)):
                     m.next = "LOAD_DATA"
                 with m.Else():
                     m.d.comb += load_crc.start.eq(1)
