@@ -283,8 +283,9 @@ class Attention(wiring.Component):
                 m.d.comb += clamped_gap.eq(Mux(gap[k:].any(), (1 << k) - 1, gap[:k]))
                 # A layer's M_score: a constant, or, for a deep model, the query's layer's.
                 multiplier = self.score_rule.multiplier if self.layers == 1 and not plan.loaded else score_multiplier
-                # A loaded M_score's product is registered before its shift (a shifter, not wires).
-                if self.gap_stages - plan.loaded == 1:
+                # A loaded M_score's product is registered before its shift (a shifter, not
+                # wires), and the shifted index after it, before the clamp and the table's read.
+                if self.gap_stages - 2 * plan.loaded == 1:
                     # The clamped gap goes into the multiplier's own operand register: the
                     # route from the score memory then ends in the DSP block, and only the
                     # product's route follows it.
@@ -296,8 +297,8 @@ class Attention(wiring.Component):
                     scaled = split_product(m, operand, multiplier, 1, plan.scaled_bound.bits, f"scaled{r}_{g}")
                 if plan.loaded:
                     held = Signal.like(scaled, name=f"scaled_held{r}_{g}")
-                    m.d.sync += held.eq(scaled)
-                    index = held >> score_shift
+                    index = Signal.like(scaled, name=f"scaled_shifted{r}_{g}")
+                    m.d.sync += [held.eq(scaled), index.eq(held >> score_shift)]
                 elif self.layers == 1:
                     index = scaled >> rule.shift
                 else:

@@ -198,8 +198,9 @@ def loaded_attention_plan(limits, bounds, *, ways=1, rows=1):
         score_bound=union(*(b["scores"] for b in layers)), gap_bound=gap,
         scaled_bound=Bound(0, (1 << gap_operand_bits) - 1) * Bound.signed(limits.multiplier_bits),
         weight_bound=layers[0]["weights"], den_bound=layers[0]["den"], num_bound=union(*(b["num"] for b in layers)),
-        # One more stage for the shift, which is not a constant.
-        ctx_bound=ctx, gap_operand_bits=gap_operand_bits, gap_stages=(1 if len(terms) <= 1 else 2) + 1,
+        # Two more stages for the shift, which is not a constant: the product held before it,
+        # the shifted index after it.
+        ctx_bound=ctx, gap_operand_bits=gap_operand_bits, gap_stages=(1 if len(terms) <= 1 else 2) + 2,
         exp_spread=False, exp_depth=depth, nlut=depth,
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx), loaded=True)
 

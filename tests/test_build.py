@@ -158,6 +158,77 @@ def test_bitstream_for_the_shipped_model(tmp_path):
     assert model.identity_line in (tmp_path / "report.txt").read_text()
 
 
+@pytest.fixture(scope="module")
+def small_loadable_build(tmp_path_factory):
+    """A loadable build for a small deep shape on the 12F (one place and route), from the first
+    of two random models of that shape."""
+    root = tmp_path_factory.mktemp("loadable")
+    rng = np.random.default_rng(8)
+    models = [random_model(rng, 8, 2, 16, 16, 8, n_layers=2) for _ in range(2)]
+    paths = [root / f"model{n}.json" for n in range(2)]
+    for model, path in zip(models, paths):
+        model.save(path)
+    out = root / "build"
+    result = subprocess.run([sys.executable, "-m", "hdl.build", "--board", "ulx3s", "--device", "12F", "--model",
+                             str(paths[0]), "--loadable", "--attention-rows", "1", "--clock", "60e6", "--seed", "1",
+                             "--out", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, models, paths
+
+
+def unpacked_brams(bitstream, tmp_path):
+    """The block RAMs' contents in a bitstream, as ecpunpack reads it back."""
+    from flows.rewrite import bram_contents
+    from flows.toolchain import tool
+    subprocess.run([tool("yowasp-ecpunpack"), str(bitstream), str(tmp_path / "unpacked.config")], check=True,
+                   capture_output=True)
+    return bram_contents((tmp_path / "unpacked.config").read_text())
+
+
+@pytest.mark.slow
+def test_a_model_written_into_a_loadable_builds_bitstream(small_loadable_build, tmp_path):
+    """``--from``: the second model's boot image (the frames of its load and commit) in the
+    bitstream's block RAMs, read back from the new bitstream, where the build's held none; a
+    report naming the model and the rewrite's time. (That a boot image runs its model at
+    power-up: tests/test_loadable.py.)"""
+    from plan import choose_plan, limits_for
+    from plan.loading import boot_image
+    build, models, paths = small_loadable_build
+    report = json.loads((build / "report.json").read_text())
+    plan = choose_plan(None, "12F", Shape(ways=None, lut_ways=None, attention_rows=1), limits=limits_for(models[0]))
+    assert report["plan"] == json.loads(json.dumps(plan.to_json())) and plan.boot
+    assert report["utilisation"]["DP16KD"]["used"] == plan.block_rams
+    out = tmp_path / "rewritten"
+    assert main(["--board", "ulx3s", "--model", str(paths[1]), "--from", str(build), "--out", str(out)]) == 0
+    rewritten = json.loads((out / "report.json").read_text())
+    assert rewritten["model_sha256"] == models[1].sha256 and rewritten["boot"]["from"] == str(build)
+    assert 0 < rewritten["boot"]["rewrite_seconds"] < report["build_seconds"]
+    assert models[1].sha256[:16] in (out / "report.txt").read_text()
+
+    def held(brams, image):
+        """How many of the image's 2048-byte blocks a block RAM holds word for word."""
+        blocks = [bytes(words & 0xFF) for words in (w.astype("uint8") for w in brams.values())]
+        return sum(image[at:at + 2048] in blocks for at in range(0, len(image), 2048))
+    image = boot_image(plan, models[1])
+    blocks = plan.boot_depth // 2048
+    assert held(unpacked_brams(out / "top.bit", tmp_path), image) == blocks
+    assert held(unpacked_brams(build / "top.bit", tmp_path), image) == 0
+
+
+@pytest.mark.slow
+def test_a_rewrite_is_refused_naming_what_is_wrong(small_loadable_build, tmp_path, capsys):
+    build, models, paths = small_loadable_build
+    other = random_model(np.random.default_rng(9), 8, 2, 32, 16, 8, n_layers=2)
+    other.save(tmp_path / "other.json")
+    assert main(["--board", "ulx3s", "--model", str(tmp_path / "other.json"), "--from", str(build),
+                 "--out", str(tmp_path / "out")]) == 2
+    assert "config.d_ff is 32; this build's shape has 16" in capsys.readouterr().err
+    assert main(["--board", "ulx3s", "--model", str(paths[1]), "--from", str(tmp_path), "--out",
+                 str(tmp_path / "out")]) == 2
+    assert "holds no build" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "top.bit").exists()
+
+
 def test_units_are_costed_as_elaborated_for_the_ecp5(tmp_path):
     """``flows.cost`` synthesises a unit as the board build elaborates it: the MAC lanes'
     multipliers take their operands in their own input registers, not in fabric registers. It
