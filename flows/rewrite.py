@@ -102,6 +102,12 @@ def write_hex(path, data):
     path.write_text("".join(f"{byte:02x}\n" for byte in data))
 
 
+def run(name, command, cwd):
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RewriteError(f"{name} failed (exit {result.returncode}): {(result.stderr or result.stdout)[-1000:]}")
+
+
 def pack_command(build_script):
     """The build's own ecppack line (its options as the platform gave them)."""
     for line in Path(build_script).read_text().splitlines():
@@ -122,12 +128,14 @@ def rewrite(source, model, out, model_file):
     write_hex(work / "pattern.hex", pattern)
     write_hex(work / "model.hex", image)
     before = (source / "gateware" / "top.config").read_text()
+    (work / "built.config").write_text(before)
     print(f"writing {model.sha256[:16]}'s boot image into {source}'s bitstream (ecpbram, ecppack)", file=sys.stderr)
-    subprocess.run([sys.executable, "-c", ECPBRAM, "--input", str(source / "gateware" / "top.config"),
-                    "--output", str(work / "top.config"), "--from", str(work / "pattern.hex"),
-                    "--to", str(work / "model.hex")], check=True, capture_output=True)
+    # Paths relative to the work directory: the WebAssembly tools see the host's /tmp as a
+    # directory of their own.
+    run("ecpbram", [sys.executable, "-c", ECPBRAM, "--input", "built.config", "--output", "top.config",
+                    "--from", "pattern.hex", "--to", "model.hex"], work)
     check_rewrite(before, (work / "top.config").read_text(), pattern, image)
-    subprocess.run(pack_command(source / "gateware" / "build_top.sh"), cwd=work, check=True, capture_output=True)
+    run("ecppack", pack_command(source / "gateware" / "build_top.sh"), work)
     (out / "top.bit").write_bytes((work / "top.bit").read_bytes())
     frames = len(image.rstrip(b"\0"))
     return report | {
