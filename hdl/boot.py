@@ -46,12 +46,15 @@ class BootReplay(wiring.Component):
         read = image.read_port()
         address = Signal(range(depth))  # of the next byte to offer
         replayed = Signal()
-        # A byte at most every other cycle, offered when the protocol listened the cycle before:
-        # it still listens (a listening state leaves only on a byte or a timeout), and the offer
-        # is a register, not a path through the protocol's state. The read is a cycle ahead.
-        offer = Signal()
+        # A byte at most every third cycle, offered from a register when the protocol listened
+        # the cycle before: it still listens (a listening state leaves only on a byte or a
+        # timeout), and neither the block RAM's output nor the protocol's state is a path into
+        # the other. A byte's read takes its address a cycle, its register another.
+        byte = Signal(8)
+        offer, offered, primed = Signal(), Signal(), Signal()
         m.d.comb += read.addr.eq(address)
-        m.d.sync += offer.eq(self.listening & ~offer & ~replayed)
+        m.d.sync += [byte.eq(read.data), offered.eq(offer), primed.eq(1),
+                     offer.eq(self.listening & primed & ~offer & ~offered & ~replayed)]
         with m.If(offer):
             m.d.sync += address.eq(address + 1)
             with m.If(address == depth - 1):
@@ -60,7 +63,7 @@ class BootReplay(wiring.Component):
             m.d.sync += self.booting.eq(0)
 
         with m.If(self.booting):
-            m.d.comb += [self.rx.valid.eq(offer), self.rx.payload.eq(read.data),
+            m.d.comb += [self.rx.valid.eq(offer), self.rx.payload.eq(byte),
                          self.line_rx.ready.eq(1), self.tx.ready.eq(1)]
         with m.Else():
             m.d.comb += [self.rx.valid.eq(self.line_rx.valid), self.rx.payload.eq(self.line_rx.payload),
