@@ -84,18 +84,17 @@ def image_slices(image):
 def check_rewrite(before, after, pattern, image):
     """Every slice of the pattern in the build's block RAMs before, none after, and every slice
     of the image after: the whole image is where the pattern was."""
-    def present(config, wanted):
-        held = {s for words in bram_contents(config).values() for s in slices(words)}
-        return sum(s in held for s in wanted)
-    expected = len(image_slices(pattern))
-    for what, config, wanted, count in (("the build's boot image", before, image_slices(pattern), expected),
-                                        ("the build's boot image, after the rewrite", after, image_slices(pattern), 0),
-                                        ("the model's boot image", after, set(image_slices(image)), None)):
-        found = present(config, wanted)
-        if count is None:
-            count = len(wanted)
-        if found != count:
-            raise RewriteError(f"{what}: {found} of its {len(wanted)} bit slices in the configuration, {count} expected")
+    def found(config, wanted):
+        held = {piece for words in bram_contents(config).values() for piece in slices(words)}
+        return sum(piece in held for piece in wanted)
+    pattern_slices, model_slices = image_slices(pattern), set(image_slices(image))
+    for what, config, wanted, expected in (
+            ("the build's boot image", before, pattern_slices, len(pattern_slices)),
+            ("the build's boot image, after the rewrite", after, pattern_slices, 0),
+            ("the model's boot image", after, model_slices, len(model_slices))):
+        if (count := found(config, wanted)) != expected:
+            raise RewriteError(f"{what}: {count} of its {len(wanted)} bit slices in the configuration, "
+                               f"{expected} expected")
 
 
 def write_hex(path, data):

@@ -11,9 +11,9 @@ class BootReplay(wiring.Component):
     loadable build's bitstream) or, as synthesised, bytes that hold no frame. A model so loaded
     passes the protocol's own checks, CRC-8 and CRC-32, before it runs.
 
-    A byte is offered only where the protocol takes it (``listening``), so none is dropped. Until the
-    image's last byte is taken and the protocol is idle, the line's bytes are dropped and the
-    protocol's replies go nowhere; then the line and the protocol are joined.
+    A byte is offered only where the protocol takes it (``listening``), so none is dropped.
+    Until the image's last byte is taken and the protocol is idle, the line's bytes are dropped
+    and the protocol's replies go nowhere; then the line and the protocol are joined.
 
     Parameters
     ----------

@@ -7,14 +7,12 @@ bits. The rule registers are a memory of their own: a word per rule, its multipl
 low 24 bits (two's complement), its shift in the top byte.
 """
 
-import struct
 from dataclasses import dataclass
 
 import numpy as np
 
-from wire import COMMIT_FORMAT, LOAD_HEADER_FORMAT, MAX_LOAD_DATA, REQUEST_SYNC
+from wire import REQUEST_SYNC
 from wire.frames import load_frames
-from wire.line import FRAMING
 
 from .arithmetic import Rule
 from .attention import exp_entries
@@ -153,13 +151,9 @@ def load_images(plan, model):
 
 def load_frame_bytes(plan):
     """The bytes of the request frames that load a model into ``plan``'s memories and commit
-    it (``host.protocol.load_frames``): each image in chunks of ``MAX_LOAD_DATA`` bytes, each
-    chunk a ``LOAD`` frame with its header, then the ``COMMIT``."""
-    header = struct.calcsize(LOAD_HEADER_FORMAT)
-    total = FRAMING + struct.calcsize(COMMIT_FORMAT)
-    for target in load_targets(plan):
-        total += target.size + -(-target.size // MAX_LOAD_DATA) * (FRAMING + header)
-    return total
+    it: :func:`wire.frames.load_frames` of images of their sizes (the frames' lengths depend on
+    nothing else)."""
+    return len(load_frames({target.index: bytes(target.size) for target in load_targets(plan)}, "00" * 32))
 
 
 def boot_pattern(depth):
