@@ -152,6 +152,11 @@ class Plan:
         return matrices + layers * 2 * (pos + 1) * d
 
     @property
+    def lane_words(self):
+        """The words the MAC lanes issue in a step that runs in full: the cycles they are busy."""
+        return sum(self.lanes.matrices[index].steps * self.lanes.matrices[index].groups for index in self.lanes.order)
+
+    @property
     def mean_macs(self):
         return sum(self.macs(p) for p in range(self.model.seq_len)) / self.model.seq_len
 

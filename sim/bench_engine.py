@@ -22,7 +22,7 @@ from plan import Shape, limits_for, make_contents, make_loadable_plan, make_plan
 from plan.loading import load_images
 from plan.schedule import Stage
 
-from .bench import start
+from .bench import cycle_now, start
 from .payload import unpack
 from .runner import BUILD_ROOT, bench_params, run_bench
 from .streams import StreamSink, StreamSource
@@ -79,11 +79,17 @@ class Observer:
         self.dut, self.engine = dut, engine
         self.steps = []
         self.by_position = {}  # what is recorded by position rather than by step: {pos: {name: values}}
+        self.timelines = []  # per step: {(name, layer): [first cycle, last cycle]}
 
     def new_step(self):
         layers = self.engine.plan.model.n_layers
         self.steps.append({**{(name, layer): [] for layer in range(layers) for name in LAYER_NAMES},
                            **{(name, None): [] for name in TOP_NAMES}})
+        self.timelines.append({})
+
+    def _seen(self, key):
+        cycle = cycle_now()
+        self.timelines[-1].setdefault(key, [cycle, cycle])[1] = cycle
 
     async def run(self):
         dut, engine, plan = self.dut, self.engine, self.engine.plan
@@ -111,6 +117,7 @@ class Observer:
                     out = unpack(epilogue, int(payload.value))
                     if out["tag"] != scratch:
                         step[names[out["select"]]].append(out["value"])
+                        self._seen(names[out["select"]])
             if plan.qkv.table:
                 # q, k and v come from the table, not the epilogue: as attention takes q, and
                 # as the cache takes the row (the last write of a step holds both K and V).
@@ -127,10 +134,12 @@ class Observer:
             if int(valid.value) and int(ready.value):
                 out = unpack(attention, int(payload.value))
                 step[("ci", out.get("layer", 0))] += out["values"][:out["count"]]
+                self._seen(("ci", out.get("layer", 0)))
             valid, ready, payload = head_o
             if int(valid.value) and int(ready.value):
                 out = unpack(head, int(payload.value))
                 step[("logits", None)] += out["values"][:out["count"]]
+                self._seen(("logits", None))
             if hidden is not None and int(dut.probe_hidden_valid.value):
                 # The hidden vector never leaves the lanes: as it is made, lane l's element l.
                 step[("fi", 0)] += unpack(hidden, int(dut.probe_hidden_payload.value))[:plan.model.d_ff]
@@ -169,6 +178,8 @@ class TB:
         self.observer = Observer(dut, engine)
         self.cycles = []  # (position, cycles of the step)
         self.prefill_cycles = []  # the same, of prefill steps
+        self.step_ends = []  # (cycle, cycles of the step) of every step, prefill ones too
+        self.timelines = {}  # position → when each intermediate's first and last values left, from the step's start
         self.prefills = set()  # the steps (by index in the observer's) that were prefill steps
         self.prefilling = False
         self.steps_to_open = 0  # generated steps whose record opens as the one before ends
@@ -201,6 +212,7 @@ class TB:
             if status["steps"] > steps:
                 kind = self.prefill_cycles if self.prefilling else self.cycles
                 kind.append((status["pos"] - 1, status["cycles"]))
+                self.step_ends.append((cycle_now(), status["cycles"]))
                 if self.steps_to_open:  # the next generated step starts in this cycle
                     self.observer.new_step()
                     self.steps_to_open -= 1
@@ -239,6 +251,8 @@ async def check_generation(tb, model, prompt, count):
     want = [t.next for t in all_traces[len(prompt) - 1:]]
 
     tb.observer.steps.clear()
+    tb.observer.timelines.clear()
+    tb.step_ends.clear()
     tb.observer.by_position.clear()
     tb.prefills.clear()
     status = await tb.command(Op.NEW)
@@ -261,6 +275,10 @@ async def check_generation(tb, model, prompt, count):
                 f"{', a prefill step' if index in tb.prefills else ''}): {difference}")
     assert got == want, f"tokens differ: engine {got}, golden {want}"
     assert status["pos"] == len(prompt) + count - 1
+    for index, (timeline, trace, (end, cycles)) in enumerate(zip(tb.observer.timelines, all_traces, tb.step_ends)):
+        if index not in tb.prefills:
+            tb.timelines[trace.pos] = [[*key, first - (end - cycles), last - (end - cycles)]
+                                       for key, (first, last) in timeline.items()]
     return got
 
 
@@ -290,7 +308,8 @@ async def generations_match_golden(dut):
         tb.cycles.clear()
         await check_generation(tb, model, prompt, count)
     if params.get("report"):
-        Path(params["report"]).write_text(json.dumps({"cycles": tb.cycles, "prefill_cycles": tb.prefill_cycles}))
+        Path(params["report"]).write_text(json.dumps({"cycles": tb.cycles, "prefill_cycles": tb.prefill_cycles,
+                                                      "timelines": tb.timelines}))
 
 
 @cocotb.test()

@@ -1,5 +1,7 @@
 """The decode engine end to end: whole generations on the simulated hardware, bit-exact."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -140,7 +142,23 @@ def test_deep_models(case):
     rng = np.random.default_rng(seed)
     model = random_model(rng, *dims, extreme=extreme, n_layers=layers)
     prompt = rng.integers(0, dims[3], size=int(rng.integers(2, dims[4] // 2 + 1))).tolist()
-    run_engine(model, shape, [prompt], name=f"engine_deep_{deep_id(case)}", seed=seed)
+    _, report = run_engine(model, shape, [prompt], name=f"engine_deep_{deep_id(case)}", seed=seed, report=True)
+    assert_dataflow_in_order(model, json.loads(report.read_text()))
+
+
+def assert_dataflow_in_order(model, report):
+    """Each generated step's timeline (sim.cycles --timeline) follows the step's dataflow: every
+    intermediate leaves its unit after the one it is made of starts to, and within the step."""
+    cycles = dict(report["cycles"])
+    chain = [(name, layer) for layer in range(model.n_layers) for name in ("xi", "q", "ci", "hi", "fi")] + \
+        [("oi", None), ("logits", None)]
+    assert report["timelines"] and set(map(int, report["timelines"])) == set(cycles)
+    for pos, timeline in report["timelines"].items():
+        spans = {(name, layer): (first, last) for name, layer, first, last in timeline}
+        assert set(spans) == {*chain, *((name, layer) for layer in range(model.n_layers) for name in ("k", "v"))}
+        firsts = [spans[key][0] for key in chain]
+        assert 0 < firsts[0] and firsts == sorted(set(firsts)), (pos, list(zip(chain, firsts)))
+        assert all(first <= last <= cycles[int(pos)] for first, last in spans.values()), (pos, spans)
 
 
 @pytest.mark.slow
