@@ -143,13 +143,16 @@ def test_deep_models(case):
     model = random_model(rng, *dims, extreme=extreme, n_layers=layers)
     prompt = rng.integers(0, dims[3], size=int(rng.integers(2, dims[4] // 2 + 1))).tolist()
     _, report = run_engine(model, shape, [prompt], name=f"engine_deep_{deep_id(case)}", seed=seed, report=True)
-    assert_dataflow_in_order(model, json.loads(report.read_text()))
+    assert_dataflow_in_order(make_plan(model, shape.resolved(model)), json.loads(report.read_text()))
 
 
-def assert_dataflow_in_order(model, report):
+def assert_dataflow_in_order(plan, report):
     """Each generated step's timeline (sim.cycles --timeline) follows the step's dataflow: every
-    intermediate leaves its unit after the one it is made of starts to, and within the step."""
+    intermediate leaves its unit after the one it is made of starts to, and within the step,
+    which takes at least the cycles the lanes issue words in."""
+    model = plan.model
     cycles = dict(report["cycles"])
+    assert min(cycles.values()) >= plan.lane_words
     chain = [(name, layer) for layer in range(model.n_layers) for name in ("xi", "q", "ci", "hi", "fi")] + \
         [("oi", None), ("logits", None)]
     assert report["timelines"] and set(map(int, report["timelines"])) == set(cycles)
