@@ -1,7 +1,8 @@
 """The deep models' rows of the benchmark: the deep demo and random models of 1, 2 and 4 layers
 at d_model 64, their engine beside one CPU core.
 
-For each: cycles per token counted in simulation over a whole context, the MAC-bound floor and
+For each: cycles per token counted in simulation over a whole context, the words the lanes issue
+in a step (the cycles they are busy; docs/cycles.md), the MAC-bound floor and
 the engine's ratio to it, tokens per second at the clock the deep demo's bitstream runs at (and
 at its fmax), and the C decoder on one core. The fmax, the clock and the utilisation are the
 deep demo's 85F build's (its report); the random models, of the demo's shape, take them too.
@@ -62,7 +63,7 @@ def deep_table(demo_path, report, device, measure, prompt=(1, 2, 3), jobs=None):
         used = ", ".join(f"{name} {u['used']:,}/{u['available']:,}" for name, u in report["utilisation"].items()
                          if name in ("LUT4", "FF", "DP16KD", "MULT18X18D"))
         print(f"utilisation of the deep demo's build: {used}")
-    print(f"{'model':26s} {'shape':>16s} {'cycles/tok':>10s} {'floor':>6s} {'ratio':>6s} {'tok/s@clock':>11s} "
+    print(f"{'model':26s} {'shape':>16s} {'cycles/tok':>10s} {'lanes':>6s} {'floor':>6s} {'ratio':>6s} {'tok/s@clock':>11s} "
           f"{'tok/s@fmax':>10s} {'C us':>7s} {'C tok/s':>8s} {'engine/C':>8s}")
     for label, model in models.items():
         plan, cycles = plans[label], counted[label]
@@ -73,7 +74,7 @@ def deep_table(demo_path, report, device, measure, prompt=(1, 2, 3), jobs=None):
         at_clock = report["clock_hz"] / mean if report else None
         at_fmax = report["fmax_mhz"] * 1e6 / mean if report else None
         print(f"{label:26s} {f'{shape.lanes}x{shape.ways} ({shape.lut_ways} LUT)':>16s} {mean:10.1f} "
-              f"{plan.floor_cycles:6.1f} {mean / plan.floor_cycles:5.2f}x "
+              f"{plan.lane_words:6d} {plan.floor_cycles:6.1f} {mean / plan.floor_cycles:5.2f}x "
               + (f"{at_clock:11.0f} {at_fmax:10.0f} " if report else f"{'-':>11s} {'-':>10s} ")
               + f"{c_us:7.2f} {1e6 / c_us:8.0f} " + (f"{at_clock * c_us / 1e6:7.2f}x" if report else f"{'-':>8s}"),
               flush=True)
