@@ -92,6 +92,8 @@ def check_generation(model, prompt, count):
     """Refuse, before anything runs, a generation that no decoder could serve."""
     if not prompt:
         raise DecodeError("the prompt is empty: a generation needs at least one token")
+    if len(prompt) > model.seq_len:  # before the count, which the default makes from the prompt
+        raise DecodeError(f"{len(prompt)} prompt tokens, but the cache holds seq_len {model.seq_len}")
     if count < 1:
         raise DecodeError(f"cannot generate {count} tokens")
     for tok in prompt:

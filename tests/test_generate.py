@@ -33,6 +33,7 @@ def test_text_is_encoded_and_continued(capsys):
     (["--prompt", "1,2", "--generate", "32"], "need 33 positions, but the cache holds seq_len 32"),
     (["--text", "what #"], "characters outside the model's vocabulary: '#'"),
     (["--prompt", "1", "--generate", "0"], "cannot generate 0 tokens"),
+    (["--prompt", ",".join(["1"] * 33)], "33 prompt tokens, but the cache holds seq_len 32"),
     (["--prompt", "1", "--model", "no/such/model.json"], "cannot read no/such/model.json"),
 ])
 def test_bad_requests_are_clear_errors(capsys, args, message):
