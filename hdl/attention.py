@@ -254,8 +254,8 @@ class Attention(wiring.Component):
             if later is not None:
                 m.d.sync += later.eq(early)
         # The stage in which the exp table's entries (and the V rows) arrive: after the score
-        # read, the gap, the gap operand, and the product (two cycles when cut), whose index the
-        # LUT's read port registers.
+        # read, the gap, the gap operand, the product (two cycles when cut) and, where registered,
+        # the shifted index (plan.index_stages), whose index the LUT's read port registers.
         lut_stage = 3 + self.gap_stages
 
         # The LUT index is clamp(rq(gap, M_score), 0, NLUT − 1). For a positive M_score it is
@@ -285,7 +285,7 @@ class Attention(wiring.Component):
                 multiplier = self.score_rule.multiplier if self.layers == 1 and not plan.loaded else score_multiplier
                 # A loaded M_score's product is registered before its shift (a shifter, not
                 # wires), and the shifted index after it, before the clamp and the table's read.
-                if self.gap_stages - 2 * plan.loaded == 1:
+                if self.gap_stages - plan.index_stages == 1:
                     # The clamped gap goes into the multiplier's own operand register: the
                     # route from the score memory then ends in the DSP block, and only the
                     # product's route follows it.
@@ -302,7 +302,8 @@ class Attention(wiring.Component):
                 elif self.layers == 1:
                     index = scaled >> rule.shift
                 else:
-                    index = Array(scaled >> r.shift for r in plan.score_rules)[layer]
+                    index = Signal.like(scaled, name=f"scaled_shifted{r}_{g}")
+                    m.d.sync += index.eq(Array(scaled >> r.shift for r in plan.score_rules)[layer])
                 lut_index = Signal(range(len(entries)), name=f"lut_index{r}_{g}")
                 if self.exp_spread:
                     m.d.comb += lut_index.eq(index)

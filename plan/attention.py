@@ -20,7 +20,9 @@ class AttentionPlan:
     ``layers`` layers (its own ``M_score`` and ``r_ctx`` in ``score_rules`` and ``ctx_rules``).
 
     The gap from a head's maximum score is clamped to ``gap_operand_bits`` (where no layer's
-    LUT index changes any more), times ``M_score`` in ``gap_stages`` cycles; the exp table is
+    LUT index changes any more), times ``M_score`` and shifted in ``gap_stages`` cycles, the last
+    ``index_stages`` of them after the product (the shifted index registered where its shift is
+    not one constant); the exp table is
     read as ``exp_depth`` entries (spread: its last entry repeated to every index a clamped gap
     gives, so that no clamp lies between the product and the table). ``ctx_requant``: some
     layer's ``r_ctx`` changes the context, and the divider applies it. ``loaded``: a loadable
@@ -48,6 +50,7 @@ class AttentionPlan:
     exp_depth: int
     nlut: int
     divider: DividerPlan
+    index_stages: int = 0
     loaded: bool = False
 
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
@@ -162,6 +165,7 @@ def attention_plan(model, bounds, *, ways=1, rows=1):
         terms = product_terms(gap_operand_bits, False, multiplier_bits(score_rules), True)
     # Where r_ctx changes no context (a trained model's (1, 0)), the quotients leave as they are.
     ctx_requant = any(not rule.is_identity_on(b["ctx"]) for rule, b in zip(ctx_rules, layers))
+    index_stages = 1 if len(score_rules) > 1 else 0
     scaled = union(*(b["score_gap*M_score"] for b in layers))
     if len(score_rules) > 1:  # the clamped gap of any layer, times any layer's multiplier
         widest = Bound(0, (1 << gap_operand_bits) - 1)
@@ -172,7 +176,10 @@ def attention_plan(model, bounds, *, ways=1, rows=1):
         q_bound=union(*(b["q"] for b in layers)), score_bound=union(*(b["scores"] for b in layers)), gap_bound=gap,
         scaled_bound=scaled, weight_bound=layers[0]["weights"], den_bound=layers[0]["den"],
         num_bound=union(*(b["num"] for b in layers)), ctx_bound=ctx, gap_operand_bits=gap_operand_bits,
-        gap_stages=1 if len(terms) <= 1 else 2, exp_spread=exp_spread,
+        # A deep model's shift is its layer's, selected: the shifted index is registered before
+        # the clamp and the table's read (the deep demo's 85F critical path, 15.9 ns, ran from
+        # the layer's register through the select, the clamp and the table).
+        gap_stages=(1 if len(terms) <= 1 else 2) + index_stages, index_stages=index_stages, exp_spread=exp_spread,
         exp_depth=max(tops) + 1 if exp_spread else nlut, nlut=nlut,
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx,
                              rules=ctx_rules if ctx_requant else None))
@@ -201,7 +208,7 @@ def loaded_attention_plan(limits, bounds, *, ways=1, rows=1):
         # Two more stages for the shift, which is not a constant: the product held before it,
         # the shifted index after it.
         ctx_bound=ctx, gap_operand_bits=gap_operand_bits, gap_stages=(1 if len(terms) <= 1 else 2) + 2,
-        exp_spread=False, exp_depth=depth, nlut=depth,
+        index_stages=2, exp_spread=False, exp_depth=depth, nlut=depth,
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx), loaded=True)
 
 
