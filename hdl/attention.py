@@ -284,8 +284,9 @@ class Attention(wiring.Component):
                 # A layer's M_score: a constant, or, for a deep model, the query's layer's.
                 multiplier = self.score_rule.multiplier if self.layers == 1 and not plan.loaded else score_multiplier
                 # A loaded M_score's product is registered before its shift (a shifter, not
-                # wires), and the shifted index after it, before the clamp and the table's read.
-                if self.gap_stages - plan.index_stages == 1:
+                # wires), and the shifted index after it, before the clamp and the table's read;
+                # a deep model's index, its layer's shift selected, is registered too.
+                if plan.product_stages == 1:
                     # The clamped gap goes into the multiplier's own operand register: the
                     # route from the score memory then ends in the DSP block, and only the
                     # product's route follows it.

@@ -20,9 +20,9 @@ class AttentionPlan:
     ``layers`` layers (its own ``M_score`` and ``r_ctx`` in ``score_rules`` and ``ctx_rules``).
 
     The gap from a head's maximum score is clamped to ``gap_operand_bits`` (where no layer's
-    LUT index changes any more), times ``M_score`` and shifted in ``gap_stages`` cycles, the last
-    ``index_stages`` of them after the product (the shifted index registered where its shift is
-    not one constant); the exp table is
+    LUT index changes any more), times ``M_score`` in ``product_stages`` cycles, then shifted in
+    ``index_stages`` (the shifted index registered where its shift is not one constant); the exp
+    table is
     read as ``exp_depth`` entries (spread: its last entry repeated to every index a clamped gap
     gives, so that no clamp lies between the product and the table). ``ctx_requant``: some
     layer's ``r_ctx`` changes the context, and the divider applies it. ``loaded``: a loadable
@@ -45,7 +45,7 @@ class AttentionPlan:
     num_bound: Bound
     ctx_bound: Bound
     gap_operand_bits: int
-    gap_stages: int
+    product_stages: int
     exp_spread: bool
     exp_depth: int
     nlut: int
@@ -59,6 +59,11 @@ class AttentionPlan:
     # The most entries the exp table is spread over (a DP16KD's depth at 16 bits), past its own:
     # an extreme M_score maps the few clamped gaps onto millions of indices.
     SPREAD_ENTRIES = 1024
+
+    @property
+    def gap_stages(self):
+        """Cycles from the clamped gap to the exp table's index."""
+        return self.product_stages + self.index_stages
 
     @property
     def layers(self):
@@ -165,7 +170,6 @@ def attention_plan(model, bounds, *, ways=1, rows=1):
         terms = product_terms(gap_operand_bits, False, multiplier_bits(score_rules), True)
     # Where r_ctx changes no context (a trained model's (1, 0)), the quotients leave as they are.
     ctx_requant = any(not rule.is_identity_on(b["ctx"]) for rule, b in zip(ctx_rules, layers))
-    index_stages = 1 if len(score_rules) > 1 else 0
     scaled = union(*(b["score_gap*M_score"] for b in layers))
     if len(score_rules) > 1:  # the clamped gap of any layer, times any layer's multiplier
         widest = Bound(0, (1 << gap_operand_bits) - 1)
@@ -178,7 +182,8 @@ def attention_plan(model, bounds, *, ways=1, rows=1):
         num_bound=union(*(b["num"] for b in layers)), ctx_bound=ctx, gap_operand_bits=gap_operand_bits,
         # A deep model's shift is its layer's, selected: the shifted index is registered, so that
         # the select by the layer's register, the clamp and the table's read are not one path.
-        gap_stages=(1 if len(terms) <= 1 else 2) + index_stages, index_stages=index_stages, exp_spread=exp_spread,
+        product_stages=1 if len(terms) <= 1 else 2, index_stages=1 if len(score_rules) > 1 else 0,
+        exp_spread=exp_spread,
         exp_depth=max(tops) + 1 if exp_spread else nlut, nlut=nlut,
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx,
                              rules=ctx_rules if ctx_requant else None))
@@ -204,9 +209,9 @@ def loaded_attention_plan(limits, bounds, *, ways=1, rows=1):
         score_bound=union(*(b["scores"] for b in layers)), gap_bound=gap,
         scaled_bound=Bound(0, (1 << gap_operand_bits) - 1) * Bound.signed(limits.multiplier_bits),
         weight_bound=layers[0]["weights"], den_bound=layers[0]["den"], num_bound=union(*(b["num"] for b in layers)),
-        # Two more stages for the shift, which is not a constant: the product held before it,
-        # the shifted index after it.
-        ctx_bound=ctx, gap_operand_bits=gap_operand_bits, gap_stages=(1 if len(terms) <= 1 else 2) + 2,
+        # Two stages for the shift, which is not a constant: the product held before it, the
+        # shifted index after it.
+        ctx_bound=ctx, gap_operand_bits=gap_operand_bits, product_stages=1 if len(terms) <= 1 else 2,
         index_stages=2, exp_spread=False, exp_depth=depth, nlut=depth,
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx), loaded=True)
 
