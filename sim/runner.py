@@ -32,9 +32,38 @@ class ECP5Cells:
 _WAKE = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+) += 0;")
 
 
-def verilog_for_icarus(component, name, platform=None):
+# Yosys writes each register's update as an `always` block of its own. Icarus wakes every such
+# block on every clock edge, so the engine's two thousand of them cost more than half of an idle
+# cycle; one block per module and clock does the same (each is one non-blocking assignment).
+_CLOCKED = re.compile(r"  always @\(posedge (\w+)\)\n    ([^\n]*<=[^\n]*;)\n")
+
+# A field of a `data.View` gets a wire of its own, a slice of the signal, for the waveforms only:
+# no logic reads it, but Icarus updates it with every change of the signal.
+_FIELD_ALIAS = re.compile(r"^  assign \\[^ ]*[.\[][^ ]* += \\?[^ ]+ ?\[[0-9:]+\];\n", re.M)
+
+
+def _one_clocked_block(module):
+    updates = {}
+
+    def take(match):
+        clock, update = match[1], match[2]
+        first = clock not in updates
+        updates.setdefault(clock, []).append(update)
+        return f"\0{clock}\0" if first else ""
+    module = _CLOCKED.sub(take, module)
+    for clock, statements in updates.items():
+        block = "".join(f"    {statement}\n" for statement in statements)
+        module = module.replace(f"\0{clock}\0", f"  always @(posedge {clock}) begin\n{block}  end\n")
+    return module
+
+
+def verilog_for_icarus(component, name, platform=None, waves=False):
+    """``component`` as Verilog that Icarus simulates fast: the same logic as Amaranth's, its
+    registers' updates one block per clock; without ``waves``, no fields' wires."""
     text = verilog.convert(component, name=name, platform=platform, emit_src=False)
-    return _WAKE.sub(lambda m: f"reg {m[1]} = 0;\n  initial #1 {m[1]} = 1;", text)
+    text = _WAKE.sub(lambda m: f"reg {m[1]} = 0;\n  initial #1 {m[1]} = 1;", text)
+    text = "".join(_one_clocked_block(module) for module in re.split(r"(?<=endmodule\n)", text))
+    return text if waves else _FIELD_ALIAS.sub("", text)
 
 
 def run_bench(component, *, name, test_module, params, testcase=None, build_dir=None, log_file=None,
@@ -44,7 +73,8 @@ def run_bench(component, *, name, test_module, params, testcase=None, build_dir=
     build_dir = Path(build_dir) if build_dir else BUILD_ROOT / name
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{name}.v"
-    source.write_text(verilog_for_icarus(component, name, platform))
+    waves = bool(os.environ.get("WAVES"))
+    source.write_text(verilog_for_icarus(component, name, platform, waves))
     params_file = build_dir / "params.json"
     params_file.write_text(json.dumps(params))
     runner = get_runner("icarus")
@@ -53,7 +83,7 @@ def run_bench(component, *, name, test_module, params, testcase=None, build_dir=
     results = runner.test(test_module=test_module, hdl_toplevel=name, build_dir=build_dir,
                           testcase=testcase, extra_env={"BENCH_PARAMS": str(params_file)},
                           timescale=("1ns", "1ps"), log_file=log_file,
-                          waves=bool(os.environ.get("WAVES")))
+                          waves=waves)
     # Under pytest the runner itself fails the test; elsewhere (benchmarks) check here.
     tests, failed = get_results(Path(results))
     if failed or not tests:
