@@ -42,6 +42,40 @@ _CLOCKED = re.compile(r"  always @\(posedge (\w+)\)\n    ([^\n]*<=[^\n]*;)\n")
 _FIELD_ALIAS = re.compile(r"^  assign \\[^ ]*[.\[][^ ]* += \\?[^ ]+ ?\[[0-9:]+\];\n", re.M)
 
 
+# Yosys drives a wide wire made of pieces with one `assign` a piece. Icarus resolves such a wire
+# bit by bit, as if the pieces were drivers of different strengths, on every change of any of
+# them; one `assign` of the pieces' concatenation is a plain copy. The engine's wide stream
+# payloads (a thousand bits and more) made this a third of a step's simulation.
+_PIECE = re.compile(r"^  assign (\\?[^ \[\n]+) ?\[(\d+):(\d+)\] = ([^;\n]+);\n", re.M)
+_VECTOR = re.compile(r"^  (?:wire|output) (?:signed )?\[(\d+):0\] (\\?[^ ;]+) ?;$", re.M)
+
+
+def _whole_assigns(module):
+    widths = {match[2]: int(match[1]) + 1 for match in _VECTOR.finditer(module)}
+    pieces = {}
+    for match in _PIECE.finditer(module):
+        pieces.setdefault(match[1], []).append((int(match[2]), int(match[3]), match[4]))
+    whole = {}
+    for name, parts in pieces.items():
+        parts.sort(reverse=True)
+        # Only a wire its pieces cover exactly, each from the bit below the one above it.
+        tops = [widths.get(name, 0) - 1] + [low - 1 for _, low, _ in parts]
+        if [high for high, _, _ in parts] + [-1] == tops:
+            space = " " if name.startswith("\\") else ""
+            whole[name] = f"  assign {name}{space} = {{ {', '.join(value for _, _, value in parts)} }};\n"
+    written = set()
+
+    def replace(match):
+        name = match[1]
+        if name not in whole:
+            return match[0]
+        if name in written:
+            return ""
+        written.add(name)
+        return whole[name]
+    return _PIECE.sub(replace, module)
+
+
 def _one_clocked_block(module):
     updates = {}
 
@@ -59,10 +93,11 @@ def _one_clocked_block(module):
 
 def verilog_for_icarus(component, name, platform=None, waves=False):
     """``component`` as Verilog that Icarus simulates fast: the same logic as Amaranth's, its
-    registers' updates one block per clock; without ``waves``, no fields' wires."""
+    registers' updates one block per clock, its wide wires each one assignment; without
+    ``waves``, no fields' wires."""
     text = verilog.convert(component, name=name, platform=platform, emit_src=False)
     text = _WAKE.sub(lambda m: f"reg {m[1]} = 0;\n  initial #1 {m[1]} = 1;", text)
-    text = "".join(_one_clocked_block(module) for module in re.split(r"(?<=endmodule\n)", text))
+    text = "".join(_whole_assigns(_one_clocked_block(module)) for module in re.split(r"(?<=endmodule\n)", text))
     return text if waves else _FIELD_ALIAS.sub("", text)
 
 
