@@ -46,7 +46,7 @@ _FIELD_ALIAS = re.compile(r"^  assign \\[^ ]*[.\[][^ ]* += \\?[^ ]+ ?\[[0-9:]+\]
 # bit by bit, as if the pieces were drivers of different strengths, on every change of any of
 # them; one `assign` of the pieces' concatenation is a plain copy. The engine's wide stream
 # payloads (a thousand bits and more) made this a third of a step's simulation.
-_PIECE = re.compile(r"^  assign (\\?[^ \[\n]+) ?\[(\d+):(\d+)\] = ([^;\n]+);\n", re.M)
+_PIECE = re.compile(r"^  assign (\\[^ \n]+ |[A-Za-z_][\w$]*)\[(\d+)(?::(\d+))?\] = ([^;\n]+);\n", re.M)
 _VECTOR = re.compile(r"^  (?:wire|output) (?:signed )?\[(\d+):0\] (\\?[^ ;]+) ?;$", re.M)
 
 
@@ -54,7 +54,8 @@ def _whole_assigns(module):
     widths = {match[2]: int(match[1]) + 1 for match in _VECTOR.finditer(module)}
     pieces = {}
     for match in _PIECE.finditer(module):
-        pieces.setdefault(match[1], []).append((int(match[2]), int(match[3]), match[4]))
+        high, low = int(match[2]), int(match[3] or match[2])
+        pieces.setdefault(match[1].strip(), []).append((high, low, match[4]))
     whole = {}
     for name, parts in pieces.items():
         parts.sort(reverse=True)
@@ -66,7 +67,7 @@ def _whole_assigns(module):
     written = set()
 
     def replace(match):
-        name = match[1]
+        name = match[1].strip()
         if name not in whole:
             return match[0]
         if name in written:
