@@ -1,0 +1,52 @@
+"""The Verilog the benches simulate: Amaranth's, lowered for Icarus (``sim.runner``)."""
+
+import re
+
+from amaranth import Module, Signal
+from amaranth.back import verilog
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from sim.runner import _whole_assigns, verilog_for_icarus
+
+
+class Pieces(wiring.Component):
+    """Two registers, and an output made of three pieces of logic."""
+    a: In(8)
+    b: In(8)
+    o: Out(data.StructLayout({"x": 8, "y": 4, "z": 1}))
+
+    def elaborate(self, platform):
+        m = Module()
+        x, y = Signal(8), Signal(8)
+        m.d.sync += [x.eq(self.a), y.eq(self.b)]
+        m.d.comb += [self.o.x.eq(x + y), self.o.y.eq(y[:4] ^ x[4:]), self.o.z.eq(x[0])]
+        return m
+
+
+def test_the_lowering_keeps_the_logic_in_fewer_blocks_and_wires():
+    amaranths = verilog.convert(Pieces(), name="pieces", emit_src=False)
+    lowered = verilog_for_icarus(Pieces(), "pieces")
+    # Amaranth's: a clocked block a register, the output a piece at a time, a wire a field.
+    assert amaranths.count("always @(posedge clk)") == 2
+    assert len(re.findall(r"assign o\[[\d:]+\] = ", amaranths)) == 3
+    assert "assign \\o.x " in amaranths
+    # Lowered: one clocked block with both registers, the output one concatenation, no fields.
+    assert lowered.count("always @(posedge clk) begin") == 1 and lowered.count("always @(posedge") == 1
+    assert len(re.findall(r"<= \\\$\d+ ;", lowered)) == 2
+    assert not re.search(r"assign o\[", lowered)
+    assert re.search(r"assign o = \{ \\\$signal \[0\], \\\$2 , \\\$1 \[7:0\] \};", lowered)
+    assert "assign \\o." not in lowered
+    # The same statements otherwise.
+    statements = lambda text: sorted(line.strip() for line in text.splitlines()
+                                     if "<=" in line or line.strip().startswith("assign \\$"))
+    assert statements(lowered) == statements(amaranths)
+
+
+def test_waves_keep_the_fields():
+    assert "assign \\o.x  = o[7:0];" in verilog_for_icarus(Pieces(), "pieces", waves=True)
+
+
+def test_a_wire_its_pieces_do_not_cover_stays_in_pieces():
+    module = ("module m(a);\n  wire [7:0] v;\n  assign v[7:4] = a[3:0];\n  assign v[2:0] = 3'h1;\nendmodule\n")
+    assert _whole_assigns(module) == module
