@@ -381,11 +381,7 @@ class MatVec(wiring.Component):
             m.d.sync += load_whole.eq(s.next_finishing & next_room & (s.next_matrix == self.whole))
             loading_whole = global_net(m, platform, load_whole, "lanes_load_whole")
         for lane, (acc, out, held, lane_terms) in enumerate(zip(accumulators, outputs, whole_sums, terms)):
-            # A signal, not an expression: each register it loads would otherwise get an adder
-            # tree of its own in the Verilog (merged in synthesis, simulated once each).
-            sum_ = tree_sum(lane_terms + [Mux(first[lane // self.REPLICA_LANES], 0, acc)])
-            result = Signal(sum_.shape(), name=f"sum{lane}")
-            m.d.comb += result.eq(sum_)
+            result = tree_sum(lane_terms + [Mux(first[lane // self.REPLICA_LANES], 0, acc)])
             with m.If(accumulating):
                 m.d.sync += acc.eq(result)
             with m.If(loading):
