@@ -66,6 +66,9 @@ def _serial(model, *, port=None, baud=None, model_path=None, check=True, load=Fa
                          progress=progress)
 
 
+SIM_REPLY_SECONDS = 1800
+
+
 def _sim(model, *, model_path=None, shape=None, device="85F", check=True, load=False, loadable=False, progress=None,
          **_options):
     """``load``: the board is built for the model's shape with no model in it, and the model
@@ -76,7 +79,9 @@ def _sim(model, *, model_path=None, shape=None, device="85F", check=True, load=F
         raise ValueError("the simulated board is built from a model file: give its path")
     board = SimulatedBoard(model_path, shape, device, loadable=load or loadable)
     try:
-        transport = serial.Serial(board.port, timeout=60)
+        # A simulated board replies thousands of times more slowly than the board: the deep
+        # demo's prefill of a long prompt takes minutes of simulation before its reply.
+        transport = serial.Serial(board.port, timeout=SIM_REPLY_SECONDS)
     except BaseException:
         board.close()
         raise
