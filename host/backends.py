@@ -66,6 +66,8 @@ def _serial(model, *, port=None, baud=None, model_path=None, check=True, load=Fa
                          progress=progress)
 
 
+# A simulated board replies thousands of times more slowly than the board: the deep demo's
+# prefill of a long prompt takes minutes of simulation before its reply.
 SIM_REPLY_SECONDS = 1800
 
 
@@ -79,8 +81,6 @@ def _sim(model, *, model_path=None, shape=None, device="85F", check=True, load=F
         raise ValueError("the simulated board is built from a model file: give its path")
     board = SimulatedBoard(model_path, shape, device, loadable=load or loadable)
     try:
-        # A simulated board replies thousands of times more slowly than the board: the deep
-        # demo's prefill of a long prompt takes minutes of simulation before its reply.
         transport = serial.Serial(board.port, timeout=SIM_REPLY_SECONDS)
     except BaseException:
         board.close()

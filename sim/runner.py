@@ -50,46 +50,47 @@ _PIECE = re.compile(r"^  assign (\\[^ \n]+ |[A-Za-z_][\w$]*)\[(\d+)(?::(\d+))?\]
 _VECTOR = re.compile(r"^  (?:wire|output) (?:signed )?\[(\d+):0\] (\\?[^ ;]+) ?;$", re.M)
 
 
-def _whole_assigns(module):
-    widths = {match[2]: int(match[1]) + 1 for match in _VECTOR.finditer(module)}
-    pieces = {}
-    for match in _PIECE.finditer(module):
-        high, low = int(match[2]), int(match[3] or match[2])
-        pieces.setdefault(match[1].strip(), []).append((high, low, match[4]))
-    whole = {}
-    for name, parts in pieces.items():
-        parts.sort(reverse=True)
-        # Only a wire its pieces cover exactly, each from the bit below the one above it.
-        tops = [widths.get(name, 0) - 1] + [low - 1 for _, low, _ in parts]
-        if [high for high, _, _ in parts] + [-1] == tops:
-            space = " " if name.startswith("\\") else ""
-            whole[name] = f"  assign {name}{space} = {{ {', '.join(value for _, _, value in parts)} }};\n"
+def _gathered(module, pattern, key, combine):
+    """``module`` with the lines ``pattern`` matches gathered by ``key``: a group's first line
+    becomes ``combine(key, matches)`` and its others go; a group ``combine`` refuses (``None``)
+    stays as it was."""
+    groups = {}
+    for match in pattern.finditer(module):
+        groups.setdefault(key(match), []).append(match)
+    combined = {name: combine(name, matches) for name, matches in groups.items()}
     written = set()
 
     def replace(match):
-        name = match[1].strip()
-        if name not in whole:
+        name = key(match)
+        if combined[name] is None:
             return match[0]
         if name in written:
             return ""
         written.add(name)
-        return whole[name]
-    return _PIECE.sub(replace, module)
+        return combined[name]
+    return pattern.sub(replace, module)
+
+
+def _whole_wire(name, matches, widths):
+    parts = sorted(((int(m[2]), int(m[3] or m[2]), m[4]) for m in matches), reverse=True)
+    # Only a wire its pieces cover exactly, each from the bit below the one above it.
+    tops = [widths.get(name, 0) - 1] + [low - 1 for _, low, _ in parts]
+    if [high for high, _, _ in parts] + [-1] != tops:
+        return None
+    space = " " if name.startswith("\\") else ""
+    return f"  assign {name}{space} = {{ {', '.join(value for _, _, value in parts)} }};\n"
+
+
+def _whole_assigns(module):
+    widths = {match[2]: int(match[1]) + 1 for match in _VECTOR.finditer(module)}
+    return _gathered(module, _PIECE, lambda match: match[1].strip(),
+                     lambda name, matches: _whole_wire(name, matches, widths))
 
 
 def _one_clocked_block(module):
-    updates = {}
-
-    def take(match):
-        clock, update = match[1], match[2]
-        first = clock not in updates
-        updates.setdefault(clock, []).append(update)
-        return f"\0{clock}\0" if first else ""
-    module = _CLOCKED.sub(take, module)
-    for clock, statements in updates.items():
-        block = "".join(f"    {statement}\n" for statement in statements)
-        module = module.replace(f"\0{clock}\0", f"  always @(posedge {clock}) begin\n{block}  end\n")
-    return module
+    return _gathered(module, _CLOCKED, lambda match: match[1],
+                     lambda clock, matches: f"  always @(posedge {clock}) begin\n"
+                                            + "".join(f"    {match[2]}\n" for match in matches) + "  end\n")
 
 
 def verilog_for_icarus(component, name, platform=None, waves=False):
