@@ -1,7 +1,8 @@
 """Generate tokens with a model: python -m host.generate --model models/zen32.json --text "..."
 
 Prints one ``GEN i token`` line per generated token (the reference trace format), or with
-``--text`` the prompt and its continuation, decoded by the model's tokenizer.
+``--text`` the prompt and its continuation, decoded by the model's tokenizer; either as each
+token arrives.
 """
 
 import argparse
@@ -72,15 +73,19 @@ def main(argv=None):
             sent, seconds = backend.upload
             print(f"\nloaded {sent:,} bytes of memory images in {seconds:.2f} s", file=sys.stderr)
         try:
-            tokens = []
+            # Each token is shown as it arrives: the simulated board makes the deep demo's a few
+            # a second, and a failure part-way keeps what came before it.
+            if args.text is not None:
+                print(args.text.lower(), end="", flush=True)
             for i, tok in enumerate(backend.generate(prompt, count)):
-                tokens.append(tok)
                 if args.text is None:
                     print(f"GEN {i} {tok}", flush=True)
+                else:
+                    print(tokenizer.decode([tok]), end="", flush=True)
         finally:
+            if args.text is not None:
+                print(flush=True)
             backend.close()
-        if args.text is not None:
-            print(args.text.lower() + tokenizer.decode(tokens))
     except (ModelError, DecodeError, DeviceError, IdentityMismatch, NotLoadable, ValueError, OSError,
             TimeoutError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from host.backends import GoldenBackend
 from host.generate import main
 from int8model import Golden, load
 from int8model.train import Tokenizer
@@ -26,6 +27,24 @@ def test_text_is_encoded_and_continued(capsys):
     tokenizer = Tokenizer(model.tokenizer)
     expected = [t.next for t in Golden(model).generate(tokenizer.encode("beautiful is"), 10)]
     assert out == "beautiful is" + tokenizer.decode(expected)
+
+
+def test_text_is_shown_as_each_token_arrives(capsys, monkeypatch):
+    shown = []  # what the command had shown before each token came, and at the end
+    generate = GoldenBackend.generate
+
+    def watched(self, prompt, count):
+        for token in generate(self, prompt, count):
+            shown.append(capsys.readouterr().out)
+            yield token
+    monkeypatch.setattr(GoldenBackend, "generate", watched)
+    assert main(["--backend", "golden", "--model", SHIPPED, "--text", "Beautiful is", "--generate", "5"]) == 0
+    shown.append(capsys.readouterr().out)
+    model = load(SHIPPED)
+    tokenizer = Tokenizer(model.tokenizer)
+    tokens = [t.next for t in Golden(model).generate(tokenizer.encode("beautiful is"), 5)]
+    pieces = [tokenizer.decode([t]) for t in tokens]
+    assert shown == ["beautiful is", *pieces[:-1], pieces[-1] + "\n"]
 
 
 @pytest.mark.parametrize("args, message", [
