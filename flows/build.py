@@ -157,8 +157,7 @@ def main(argv=None):
         attempt = next_attempt(tried, baud=args.baud, attempts=args.attempts)
     final = tried[-1]  # the bitstream on disk is the last run's
 
-    print("counting cycles per token in simulation", file=sys.stderr)
-    cycles = measure(model, plan, prefix="build_cycles")
+    cycles = measure(model, plan, prefix="build_cycles", progress="counting cycles per token in simulation")
     mean = sum(cycles) / len(cycles)
     build_dir = out / "gateware"
     shutil.copy(build_dir / "top.bit", out / "top.bit")

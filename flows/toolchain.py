@@ -5,9 +5,10 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
+
+from sim.progress import shown_progress
 
 __all__ = ["TOOLS", "ROUTER", "SYNTH_OPTIONS", "SYNTH_CHECK", "tool", "run_toolchain", "nextpnr_options",
            "utilisation", "critical_path", "fmax_of"]
@@ -40,27 +41,15 @@ def run_toolchain(build_dir, script, log_path):
         env[variable] = tool(name)
     stages = [("synthesis (Yosys)", "top.json"), ("place and route (nextpnr-ecp5)", "top.config"),
               ("bitstream (ecppack)", "top.bit")]
+
+    def stage():  # the first whose product is not there yet
+        return next((name for name, product in stages if not (build_dir / product).exists()), stages[-1][0]), None
+
     with open(log_path, "w") as log:
-        process = subprocess.Popen(["sh", script], cwd=build_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
         started = time.monotonic()
-        done = threading.Event()
-
-        def progress():
-            # A line when a stage starts, and every half minute while it runs.
-            shown, last = None, 0.0
-            while not done.wait(1):
-                stage = next((name for name, product in stages if not (build_dir / product).exists()),
-                             stages[-1][0])
-                elapsed = time.monotonic() - started
-                if stage != shown or elapsed - last >= 30:
-                    print(f"  [{elapsed:4.0f} s] {stage}", file=sys.stderr, flush=True)
-                    shown, last = stage, elapsed
-
-        watcher = threading.Thread(target=progress, daemon=True)
-        watcher.start()
-        code = process.wait()
-        done.set()
-        watcher.join()
+        process = subprocess.Popen(["sh", script], cwd=build_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        with shown_progress(stage):
+            code = process.wait()
     return code, time.monotonic() - started
 
 

@@ -6,6 +6,7 @@ first intermediate of the first step that differs, not just the wrong token. The
 it is given once: the plan (:func:`engine_of`).
 """
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -24,6 +25,7 @@ from plan.schedule import Stage
 
 from .bench import cycle_now, start
 from .payload import unpack
+from .progress import shown_progress
 from .runner import BUILD_ROOT, bench_params, run_bench
 from .streams import StreamSink, StreamSource
 
@@ -53,22 +55,32 @@ def engine_of(model, shape, loadable=False):
 
 
 def run_engine(model, shape, prompts, *, name=None, prefix="engine", seed=0, testcase="generations_match_golden",
-               platform=None, report=False, quiet=False, loadable=False):
+               platform=None, report=False, quiet=False, loadable=False, progress=None):
     """Run the bench on ``model``'s engine in ``shape``: each prompt generated to the end of the
     context (``generations_match_golden``), or ``testcase``; ``loadable``: a loadable build's
     engine, the model written into it through its ``load`` port first. Returns the bench's name
     and, with ``report``, the file of the cycles it counted. A bench directory of its own for
     each model and shape (every field of it): runs of different ones never share their
-    generated Verilog."""
+    generated Verilog. ``progress``: what the run is called in the lines that show, on stderr,
+    how many of its steps are done (:func:`sim.progress.shown_progress`)."""
     shape = dataclasses.replace(shape, qkv_table=False) if loadable else shape
     shape = shape.resolved(model)
     name = name or "_".join([prefix, model.sha256[:12], *(str(int(value)) for value in dataclasses.astuple(shape))]
                             + (["loadable"] if loadable else []))
     report_file = BUILD_ROOT / name / "cycles.json" if report else None
+    steps_file = BUILD_ROOT / name / "steps_done"
     params = {"model": model.to_json(), "shape": dataclasses.asdict(shape), "prompts": prompts, "seed": seed,
-              "report": str(report_file) if report else None, "loadable": loadable}
-    run_bench(engine_of(model, shape, loadable), name=name, test_module="sim.bench_engine", params=params, testcase=testcase,
-              platform=platform, log_file=BUILD_ROOT / name / "simulation.log" if quiet else None)
+              "report": str(report_file) if report else None, "loadable": loadable,
+              "steps_file": str(steps_file) if progress else None}
+    engine = engine_of(model, shape, loadable)
+    steps_file.unlink(missing_ok=True)
+    steps = model.seq_len * len(prompts)  # a generation to the end of the context: a step a position
+
+    def status():
+        return progress, f"{steps_file.read_text() if steps_file.exists() else 0} / {steps} steps"
+    with shown_progress(status) if progress else contextlib.nullcontext():
+        run_bench(engine, name=name, test_module="sim.bench_engine", params=params, testcase=testcase,
+                  platform=platform, log_file=BUILD_ROOT / name / "simulation.log" if quiet else None)
     return name, report_file
 
 
@@ -183,6 +195,9 @@ class TB:
         self.prefills = set()  # the steps (by index in the observer's) that were prefill steps
         self.prefilling = False
         self.steps_to_open = 0  # generated steps whose record opens as the one before ends
+        self.steps_done = 0
+        steps_file = bench_params().get("steps_file")
+        self.steps_file = Path(steps_file) if steps_file else None
 
     async def status(self):
         await ReadOnly()
@@ -213,6 +228,11 @@ class TB:
                 kind = self.prefill_cycles if self.prefilling else self.cycles
                 kind.append((status["pos"] - 1, status["cycles"]))
                 self.step_ends.append((cycle_now(), status["cycles"]))
+                self.steps_done += 1
+                if self.steps_file:  # for the launcher's progress, never read half-written
+                    written = self.steps_file.with_suffix(".new")
+                    written.write_text(str(self.steps_done))
+                    written.replace(self.steps_file)
                 if self.steps_to_open:  # the next generated step starts in this cycle
                     self.observer.new_step()
                     self.steps_to_open -= 1

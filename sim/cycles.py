@@ -20,32 +20,33 @@ from .bench_engine import LAYER_NAMES, TOP_NAMES, run_engine
 __all__ = ["measure", "measure_context", "measure_prefill", "summary", "timeline_table"]
 
 
-def _run(model, plan, prefix, prompt, quiet):
+def _run(model, plan, prefix, prompt, quiet, progress):
     name, report = run_engine(model, plan.shape, [prompt], prefix=prefix, report=True, quiet=quiet,
-                              loadable=plan.loadable)
+                              loadable=plan.loadable, progress=progress)
     return json.loads(report.read_text())
 
 
-def measure_context(model, plan, prefix="cycles", quiet=True):
+def measure_context(model, plan, prefix="cycles", quiet=True, progress=None):
     """Cycles of the (full) step at every position 0..seq_len−1 of ``model`` built as ``plan``,
     as a list: a one-token prompt, then generation to the end of the context; and each step's
     timeline, by position: ``[name, layer, first cycle, last cycle]`` for each intermediate
-    (``layer`` ``None``: the head's), counted from the step's start."""
-    report = _run(model, plan, prefix, [0], quiet)
+    (``layer`` ``None``: the head's), counted from the step's start. ``progress``: the run's
+    name in lines on stderr showing its steps done (none by default)."""
+    report = _run(model, plan, prefix, [0], quiet, progress)
     cycles = dict(report["cycles"])
     return [cycles[p] for p in range(model.seq_len)], {int(p): t for p, t in report["timelines"].items()}
 
 
-def measure(model, plan, prefix="cycles", quiet=True):
+def measure(model, plan, prefix="cycles", quiet=True, progress=None):
     """Cycles of the (full) step at every position, as :func:`measure_context` counts them."""
-    return measure_context(model, plan, prefix, quiet)[0]
+    return measure_context(model, plan, prefix, quiet, progress)[0]
 
 
-def measure_prefill(model, plan, prefix="prefill", quiet=True):
+def measure_prefill(model, plan, prefix="prefill", quiet=True, progress=None):
     """Cycles of the prefill step at positions 0..seq_len−2, as a list: a prompt that fills
     the context, all but its last token prefill steps."""
     prompt = [p % model.vocab for p in range(model.seq_len)]
-    cycles = dict(_run(model, plan, prefix, prompt, quiet)["prefill_cycles"])
+    cycles = dict(_run(model, plan, prefix, prompt, quiet, progress)["prefill_cycles"])
     return [cycles[p] for p in range(model.seq_len - 1)]
 
 
@@ -84,7 +85,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     model, plan = model_and_plan(parser, args)
     print(model.identity_line)
-    cycles, timelines = measure_context(model, plan)
+    cycles, timelines = measure_context(model, plan, progress="simulating a generation to the end of the context")
     s = summary(plan, cycles)
     print(f"{plan.shape.describe()}; multipliers in MACs {s['multipliers']}")
     for pos, count in s["positions"].items():
@@ -96,7 +97,7 @@ def main(argv=None):
         for pos in (0, model.seq_len - 1):
             print(f"\nthe step at position {pos}: when each intermediate leaves its unit, first-last cycle of the step")
             print(timeline_table(plan, timelines[pos], cycles[pos]))
-    prefill = measure_prefill(model, plan)
+    prefill = measure_prefill(model, plan, progress="simulating a prompt that fills the context")
     print(f"prefill (a prompt's tokens but its last): {min(prefill)}..{max(prefill)} cycles, "
           f"mean {sum(prefill) / len(prefill):.1f} per token")
     return 0

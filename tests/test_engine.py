@@ -132,18 +132,22 @@ def deep_id(case):
 
 
 @pytest.mark.parametrize("case", DEEP, ids=deep_id)
-def test_deep_models(case):
+def test_deep_models(case, capsys):
     """L layers a step, each with its own matrices, rules and cache rows, the residual stream
     carried from one into the next: every intermediate of every layer of every step, to the end
     of the context, the golden model's (a prompt's tokens but its last are prefill steps, which
-    run every layer but the last whole)."""
+    run every layer but the last whole). The run shows its steps done as it goes."""
     layers, dims, shape, extreme = case
     seed = 10 * layers + dims[0]
     rng = np.random.default_rng(seed)
     model = random_model(rng, *dims, extreme=extreme, n_layers=layers)
     prompt = rng.integers(0, dims[3], size=int(rng.integers(2, dims[4] // 2 + 1))).tolist()
-    _, report = run_engine(model, shape, [prompt], name=f"engine_deep_{deep_id(case)}", seed=seed, report=True)
+    _, report = run_engine(model, shape, [prompt], name=f"engine_deep_{deep_id(case)}", seed=seed, report=True,
+                           progress="deep model")
     assert_dataflow_in_order(make_plan(model, shape.resolved(model)), json.loads(report.read_text()))
+    shown = capsys.readouterr().err.splitlines()
+    assert shown[0].endswith(f"] deep model: 0 / {model.seq_len} steps")
+    assert shown[-1].endswith(f"] deep model: {model.seq_len} / {model.seq_len} steps")
 
 
 def assert_dataflow_in_order(plan, report):
