@@ -38,9 +38,10 @@ def deep_models(demo):
 
 def deep_table(demo_path, report, device, measure, prompt=(1, 2, 3), jobs=None):
     """Print the deep models' table: ``report`` the demo's build report (``None``: no fmax or
-    clock to multiply by), ``measure(model, plan)`` the cycles of every position (a function a
-    process pool can run, ``jobs`` of them at once: every core by default). The simulations all
-    end before the C decoder is timed, so that none shares its core."""
+    clock to multiply by), ``measure(model, plan, progress=label)`` the cycles of every position
+    (a function a process pool can run, ``jobs`` of them at once: every core by default; each
+    shows its steps done under its label). The simulations all end before the C decoder is timed,
+    so that none shares its core."""
     demo = load(demo_path)
     models = deep_models(demo)
     plans = {label: choose_plan(model, device) for label, model in models.items()}
@@ -54,7 +55,8 @@ def deep_table(demo_path, report, device, measure, prompt=(1, 2, 3), jobs=None):
         counted[demo_label] = report["cycles_per_token"]["per_position"]
         print("the deep demo's cycles: as its build counted them in simulation, on the same plan")
     with ProcessPoolExecutor(jobs or os.cpu_count()) as pool:
-        futures = {label: pool.submit(measure, models[label], plans[label]) for label in models if label not in counted}
+        futures = {label: pool.submit(measure, models[label], plans[label], progress=label)
+                   for label in models if label not in counted}
         counted.update({label: future.result() for label, future in futures.items()})
     print(f"\ndeep models, as the {device}'s build shapes each (the clock and fmax: "
           + (f"the deep demo's build, {report['clock_hz'] / 1e6:.2f} MHz asked, fmax {report['fmax_mhz']:.2f} MHz)"
