@@ -4,6 +4,7 @@ Each bench gets a build directory of its own (under ``build/cocotb/``), holding 
 Verilog and the parameters the bench reads back (``BENCH_PARAMS``).
 """
 
+import collections
 import json
 import os
 import re
@@ -87,6 +88,49 @@ def _whole_assigns(module):
                      lambda name, matches: _whole_wire(name, matches, widths))
 
 
+# Yosys names each operator's result (`\$123`) and writes it as an `assign`; where the same
+# expression is made for several registers (a lane's sum, for each register it loads), each
+# copy is an operator of its own. Icarus evaluates every one on every change of its inputs.
+_TEMP_ASSIGN = re.compile(r"^  assign (\\\$[^ \n]+)  = ([^;\n]+);\n", re.M)
+_TEMP_WIRE = re.compile(r"^  wire ((?:signed )?(?:\[\d+:\d+\] )?)(\\\$[^ \n]+) ;\n", re.M)
+_TEMP = re.compile(r"\\\$[^ \n]+ ")
+
+
+def _shared_values(module):
+    """``module`` with each result computed once: an operator's result that another of the same
+    type computes from the same operands (found bottom up, so whole trees) is read from it."""
+    types = {match[2]: match[1] for match in _TEMP_WIRE.finditer(module)}
+    values = {match[1]: match[2] for match in _TEMP_ASSIGN.finditer(module) if match[1] in types}
+    same = {}  # result → one computed the same way before it
+
+    def computed(name):  # where ``name`` is computed
+        while name in same:
+            name = same[name]
+        return name
+
+    def operands_shared(value):
+        return _TEMP.sub(lambda name: computed(name[0][:-1]) + " ", value)
+    while True:
+        first, found = {}, False
+        for name, value in values.items():
+            # The type (width and sign) too: an operator's width is its result's.
+            key = (types[name], operands_shared(value))
+            if name not in same and first.setdefault(key, name) != name:
+                same[name], found = first[key], True
+        if not found:
+            break
+    if not same:
+        return module
+    module = _TEMP_ASSIGN.sub(lambda match: f"  assign {match[1]}  = "
+                              f"{computed(match[1]) + ' ' if match[1] in same else operands_shared(match[2])};\n"
+                              if match[1] in values else match[0], module)
+    # A shared result that nothing else reads goes, wire and all.
+    readers = collections.Counter(name[0][:-1] for name in _TEMP.finditer(module))
+    unread = {name for name in same if readers[name] == 2}  # its wire and its assign
+    return _TEMP_WIRE.sub(lambda match: "" if match[2] in unread else match[0],
+                          _TEMP_ASSIGN.sub(lambda match: "" if match[1] in unread else match[0], module))
+
+
 def _one_clocked_block(module):
     return _gathered(module, _CLOCKED, lambda match: match[1],
                      lambda clock, matches: f"  always @(posedge {clock}) begin\n"
@@ -99,7 +143,8 @@ def verilog_for_icarus(component, name, platform=None, waves=False):
     ``waves``, no fields' wires."""
     text = verilog.convert(component, name=name, platform=platform, emit_src=False)
     text = _WAKE.sub(lambda m: f"reg {m[1]} = 0;\n  initial #1 {m[1]} = 1;", text)
-    text = "".join(_whole_assigns(_one_clocked_block(module)) for module in re.split(r"(?<=endmodule\n)", text))
+    text = "".join(_shared_values(_whole_assigns(_one_clocked_block(module)))
+                   for module in re.split(r"(?<=endmodule\n)", text))
     return text if waves else _FIELD_ALIAS.sub("", text)
 
 

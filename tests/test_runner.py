@@ -7,7 +7,7 @@ from amaranth.back import verilog
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from sim.runner import _whole_assigns, verilog_for_icarus
+from sim.runner import _shared_values, _whole_assigns, verilog_for_icarus
 
 
 class Pieces(wiring.Component):
@@ -50,3 +50,41 @@ def test_waves_keep_the_fields():
 def test_a_wire_its_pieces_do_not_cover_stays_in_pieces():
     module = ("module m(a);\n  wire [7:0] v;\n  assign v[7:4] = a[3:0];\n  assign v[2:0] = 3'h1;\nendmodule\n")
     assert _whole_assigns(module) == module
+
+
+class Sums(wiring.Component):
+    """The same sums into three registers, as Amaranth writes them: an adder each time."""
+    a: In(8)
+    b: In(8)
+    c: In(8)
+    x: Out(10)
+    y: Out(10)
+    z: Out(9)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += [self.x.eq(self.a + self.b + self.c), self.y.eq(self.a + self.b + self.c),
+                     self.z.eq(self.a + self.b)]
+        return m
+
+
+def test_a_value_made_twice_is_made_once():
+    amaranths = verilog.convert(Sums(), name="sums", emit_src=False)
+    lowered = verilog_for_icarus(Sums(), "sums")
+    assert amaranths.count("= a + b;") == 3 and amaranths.count(" + c;") == 2
+    # One adder for a + b, one for its sum with c; the other results read theirs.
+    assert lowered.count("= a + b;") == 1 and lowered.count(" + c;") == 1
+    ab = re.search(r"assign (\\\$\d+ ) = a \+ b;", lowered)[1]
+    abc = re.search(rf"assign (\\\$\d+ ) = {re.escape(ab)} \+ c;", lowered)[1]
+    assert re.search(rf"assign \\\$\d+  = {re.escape(abc)};", lowered)  # y's
+    assert re.search(rf"assign \\\$\d+  = {re.escape(ab)};", lowered)   # z's
+    # The registers and the processes that load them are Amaranth's.
+    kept = lambda text: sorted(line.strip() for line in text.splitlines() if "<=" in line or "always @*" in line)
+    assert kept(lowered) == kept(amaranths)
+
+
+def test_values_of_other_widths_stay_apart():
+    """An operator's width is its result's: a + b in 9 bits and in 8 are different values."""
+    module = ("module m(a, b);\n  wire [8:0] \\$1 ;\n  wire [7:0] \\$2 ;\n"
+              "  assign \\$1  = a + b;\n  assign \\$2  = a + b;\nendmodule\n")
+    assert _shared_values(module) == module
