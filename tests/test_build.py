@@ -120,7 +120,7 @@ def test_the_placement_seed_reaches_nextpnr():
     assert nextpnr_options(7).split()[-2:] == ["--seed", "7"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=25)
 def test_bitstream_for_the_shipped_model(tmp_path):
     model = load(SHIPPED)
     # The clock search from seed 1, whose placement meets the search's first clock (nextpnr's

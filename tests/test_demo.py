@@ -83,7 +83,7 @@ def test_the_demo_writes_words_of_the_bible(demo):
     assert sum(word in vocabulary for word in words) / len(words) > 0.6
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=8)
 def test_the_engine_runs_the_demo_to_the_end_of_its_context(demo):
     """The 85F's shape of the demo, every token and every layer's intermediates equal to the
     golden model's, from a held-out prompt to the end of the context."""
