@@ -21,6 +21,8 @@ def dealt(items, workers):
     collection in turn (``len(left) // workers_left`` items) and steals from a slice's end, but
     leaves a worker the test after the one it runs: each slice starts with one of the longest
     tests, then a short one (to wait behind it), then its share of the rest in order."""
+    if len(items) < 4 * workers:  # a few tests: nothing to gain
+        return items
     heads, rest = items[:workers], items[workers:]
     short = [item for item in rest if not minutes(item)][:workers]
     rest = [item for item in rest if item not in short]

@@ -26,3 +26,9 @@ def test_each_worker_starts_with_a_long_test_and_a_short_one_behind_it(workers):
         first, second = laid_out[start:start + 2]
         assert first is items[k] and second.marker is None
         start += size
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 8])
+def test_a_few_tests_are_all_kept(count):
+    items = [Item("build", 25)] + [Item(f"quick{i}") for i in range(count - 1)]
+    assert sorted(item.name for item in dealt(items, 2)) == sorted(item.name for item in items)
