@@ -195,7 +195,7 @@ class TB:
         self.prefills = set()  # the steps (by index in the observer's) that were prefill steps
         self.prefilling = False
         self.steps_to_open = 0  # generated steps whose record opens as the one before ends
-        self.steps_done = 0
+        self.steps_done = 0  # over all the bench's prompts (the engine's own count restarts at NEW)
         steps_file = bench_params().get("steps_file")
         self.steps_file = Path(steps_file) if steps_file else None
 

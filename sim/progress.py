@@ -12,23 +12,19 @@ INTERVAL = 30  # seconds between two lines of the same stage
 
 
 @contextlib.contextmanager
-def shown_progress(status, *, interval=INTERVAL, stream=None):
-    """Within the block, ``status()`` (a ``(stage, detail)`` pair, or ``None`` for nothing to
-    show yet) is read every second: a line when the stage changes, and every ``interval``
-    seconds; and a last line as the block ends, where it shows a detail not shown yet."""
-    stream = stream or sys.stderr
+def shown_progress(status):
+    """Within the block, ``status()`` (a ``(stage, detail)`` pair; ``detail`` may be ``None``) is
+    read every second: a line when the stage changes, and every ``INTERVAL`` seconds; and a last
+    line as the block ends, where it shows a detail not shown yet."""
     started = time.monotonic()
     done = threading.Event()
     shown = [None, None, 0.0]  # the stage and detail last shown, and when
 
     def show(force=False):
-        current = status()
-        if current is None:
-            return
-        stage, detail = current
+        stage, detail = status()
         elapsed = time.monotonic() - started
-        if stage != shown[0] or elapsed - shown[2] >= interval or (force and detail != shown[1]):
-            print(f"  [{elapsed:4.0f} s] {stage}{f': {detail}' if detail else ''}", file=stream, flush=True)
+        if stage != shown[0] or elapsed - shown[2] >= INTERVAL or (force and detail != shown[1]):
+            print(f"  [{elapsed:4.0f} s] {stage}{f': {detail}' if detail else ''}", file=sys.stderr, flush=True)
             shown[:] = [stage, detail, elapsed]
 
     def watch():

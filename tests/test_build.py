@@ -136,7 +136,9 @@ def test_bitstream_for_the_shipped_model(tmp_path):
     assert report["baud_error"] <= 0.01 and report["baud_actual"] == report["clock_hz"] / report["uart_divisor"]
     mean = report["cycles_per_token"]["mean"]
     assert report["tokens_per_second"] == pytest.approx(report["clock_hz"] / mean)
-    # The line, not the engine, bounds what a host receives: about a byte and a half to two a token.
+    # The line, not the engine, bounds what a host receives: about a byte and a half to two a token,
+    # as the tokens made while a reply is on the line share the next one (a reply a token would
+    # be six bytes a token).
     assert report["host"]["tokens_per_second"] < report["tokens_per_second"]
     assert 1 < report["host"]["line_bytes_per_token"] < 3
     # Within the framing's extremes (docs/protocol.md: five bytes a frame, seven of request and of
