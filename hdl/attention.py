@@ -3,9 +3,9 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .argmax import first_maximum
-from .context import OWN_ROW_LATENCY, OWN_ROW_LEAD, ContextDividers, context_layout, own_row_added, shifted_dens, \
-    word_layout
+from .divider import FloorDivider
 from .fanout import replicas
+from .fifo import StreamFIFO
 from .kv_cache import CacheRead
 from .loader import connect_load, load_port
 from .product import dsp_product, lut_product, operand_terms, split_product, tree_sum
@@ -44,20 +44,13 @@ class Attention(wiring.Component):
         score the rows already cached while K is still being computed.
     values_ready : ``In(1)``
         The V row at ``pos`` is written: the weight phase waits for it likewise, so that it
-        can weigh the rows already cached while V is still being computed. With late values
-        (``plan.late_values``), ``V[pos]`` is whole (and stays so until the next query).
-    values, values_written : ``In(ArrayLayout(signed(8), d_model))``, ``In(words)``, with late values
-        ``V[pos]`` as it arrives, and which of its words (``ways`` columns each) are in it: the
-        weight phase weighs rows 0..pos−1 and keeps row ``pos``'s weights; each column's
-        ``w_pos · V[pos][e]`` is added on the way to the dividers, as its word arrives.
+        can weigh the rows already cached while V is still being computed.
     o : ``Out(stream.Signature(StructLayout({"values", "count", "last"})))``
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
     Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles (one more for pos < rows) from taking the
-    query to the first ``ci`` (with the K and V rows ready), then one word per cycle; with late
-    values, ``OWN_ROW_LATENCY − OWN_ROW_LEAD`` more (with V[pos] whole), and no word sooner than :attr:`value_latency` cycles
-    after its word of ``V[pos]`` was written.
+    query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
@@ -92,8 +85,6 @@ class Attention(wiring.Component):
         layer = {} if self.layers == 1 else {"layer": range(self.layers)}
         loads = {"load_exp": In(load_port(plan.exp_depth, max(1, self.weight_bits))),
                  "load_ctx": In(load_port(plan.ctx_table_depth, 8))}
-        self.words = -(-self.d_model // self.ways)
-        late = {"values": In(data.ArrayLayout(signed(8), self.d_model)), "values_written": In(self.words)}
         super().__init__({
             **(loads if plan.loaded else {}),
             "i": In(stream.Signature(data.StructLayout({
@@ -101,16 +92,17 @@ class Attention(wiring.Component):
             "cache": Out(CacheRead(plan.cache)),
             "keys_ready": In(1),
             "values_ready": In(1),
-            **(late if plan.late_values else {}),
-            "o": Out(stream.Signature(context_layout(plan))),
+            "o": Out(stream.Signature(self.output_layout(plan))),
         })
 
-    @property
-    def value_latency(self):
-        """With late values, the cycles from the one in which a word of ``V[pos]`` is written
-        (the context weighed) to the one in which its word of ``ci`` leaves: its word taken a
-        cycle later, the stages that add row pos, the dividers (and a loaded r_ctx's table)."""
-        return 1 + OWN_ROW_LATENCY + self.plan.divider.latency + self.plan.loaded
+    @staticmethod
+    def output_layout(plan):
+        return data.StructLayout({
+            "values": data.ArrayLayout(signed(plan.ctx_bits), plan.ways),
+            "count": range(plan.ways + 1),
+            "last": 1,
+            **({} if plan.layers == 1 else {"layer": range(plan.layers)}),
+        })
 
     def elaborate(self, platform):
         m = Module()
@@ -156,8 +148,7 @@ class Attention(wiring.Component):
             m.d.sync += [copy.eq(value) for copy in [scoring, *operand_scoring]]
 
         def set_context(value):  # the context phase's registers: the dividers' valid, the shift's copies
-            # (with late values, the shift follows the words taken, two cycles later)
-            m.d.sync += [copy.eq(value) for copy in [dividing, *([] if plan.late_values else shifting)]]
+            m.d.sync += [copy.eq(value) for copy in [dividing, *shifting]]
         operand_a = [[Signal(signed(self.operand_bits), name=f"a{r}_{e}") for e in range(d)] for r in range(rows)]
         operand_b = [[Signal(signed(8), name=f"b{r}_{e}") for e in range(d)] for r in range(rows)]
         products = [[] for _ in range(rows)]  # per bank and column: the product's terms
@@ -255,23 +246,13 @@ class Attention(wiring.Component):
         # -- Phase 2: weights, den, num, a group of rows a cycle again.
         weight_latency = self.WEIGHT_LATENCY + self.gap_stages
         w_valid = Signal(weight_latency)
+        w_group = [Signal(range(self.groups), name=f"w_group{i}") for i in range(weight_latency)]
+        w_rows = [Signal(rows, name=f"w_rows{i}") for i in range(weight_latency)]
         m.d.sync += [w_valid.eq(Mux(scoring, 0, (w_valid << 1) | issuing))]
-
-        def delayed(value, shape, name):  # `value` at every stage of the weight pipeline
-            stages = [Signal(shape, name=f"{name}{i}") for i in range(weight_latency)]
-            m.d.sync += [stages[0].eq(value), *(later.eq(early) for early, later in zip(stages, stages[1:]))]
-            return stages
-        w_group = delayed(group, range(self.groups), "w_group")
-        w_rows = delayed(in_range, rows, "w_rows")  # weighed into den
-        if plan.late_values:
-            # Row pos weighs into den, and into num only in the context, with V[pos]: its
-            # weights are kept (`own_weight`), its products left out of num (its V row is not
-            # cached yet).
-            own = Cat((group == last_group) & (pos[:bank_bits] == r if bank_bits else 1) for r in range(rows))
-            w_own = delayed(own, rows, "w_own")
-            w_summed = delayed(in_range & ~own, rows, "w_summed")  # weighed into num
-        else:
-            w_summed = w_rows
+        m.d.sync += [w_group[0].eq(group), w_rows[0].eq(in_range)]
+        for early, later in zip(w_group + w_rows, w_group[1:] + [None] + w_rows[1:]):
+            if later is not None:
+                m.d.sync += later.eq(early)
         # The stage in which the exp table's entries (and the V rows) arrive: after the score
         # read, the gap, the gap operand, the product (two cycles when cut) and, where registered,
         # the shifted index (plan.index_stages), whose index the LUT's read port registers.
@@ -282,9 +263,7 @@ class Attention(wiring.Component):
         rule = self.score_rule
         k = self.gap_operand_bits
         entries = self.exp_entries
-        weights = [[] for _ in range(rows)]  # into den
-        summed_weights = [[] for _ in range(rows)]  # into the multipliers, for num
-        entries_read = [[] for _ in range(rows)]
+        weights = [[] for _ in range(rows)]
         for r in range(rows):
             # A copy of the exp table per bank, read by its heads: Yosys maps a memory's read
             # ports together, and for sixteen of them (four banks of four heads) it runs out of
@@ -338,14 +317,6 @@ class Attention(wiring.Component):
                 m.d.comb += port.addr.eq(lut_index)
                 # A row past pos weighs nothing: it adds to neither den nor num.
                 weights[r].append(Mux(w_rows[lut_stage][r], port.data, 0))
-                summed_weights[r].append(Mux(w_summed[lut_stage][r], port.data, 0))
-                entries_read[r].append(port.data)
-        if plan.late_values:
-            own_weight = Signal(data.ArrayLayout(unsigned(max(1, self.weight_bits)), heads))
-            with m.If(~scoring & w_valid[lut_stage]):
-                for r in range(rows):
-                    with m.If(w_own[lut_stage][r]):
-                        m.d.sync += [own_weight[g].eq(entries_read[r][g]) for g in range(heads)]
 
         # The cache's address is registered (it reaches every block RAM of the cache), and the
         # cache registers its rows (KVCache.LATENCY, two cycles). Scoring, the register is
@@ -359,7 +330,7 @@ class Attention(wiring.Component):
             for e in range(d):
                 select = operand_scoring[e // self.SELECT_COLUMNS]
                 m.d.comb += [
-                    operand_a[r][e].eq(Mux(select, q[e], summed_weights[r][e // hd])),
+                    operand_a[r][e].eq(Mux(select, q[e], weights[r][e // hd])),
                     operand_b[r][e].eq(Mux(select, self.cache.k[r][e], self.cache.v[r][e])),
                 ]
 
@@ -388,46 +359,83 @@ class Attention(wiring.Component):
         # -- Phase 3: the context, through `ways` dividers (with r_ctx) side by side, the
         # first carrying the word's count and end. They never stall: a context starts only
         # when the queue behind them has room for all of it. So the numerators shift down
-        # ``ways`` columns a cycle (every cycle, or with late values each cycle whose word of
-        # V[pos] is there), on copies of one register (one per SELECT_COLUMNS columns, as the
-        # phase select), rather than on the dividers' readiness (which would be a route back
-        # across the part, where attention's multipliers are).
-        ways, words = self.ways, self.words
+        # ``ways`` columns every cycle for d/ways cycles, on copies of one register (one per
+        # SELECT_COLUMNS columns, as the phase select), rather than on the dividers' readiness
+        # (which would be a route back across the part, where attention's multipliers are).
+        ways = self.ways
+        words = -(-d // ways)
         shifting = replicas(1, -(-d // self.SELECT_COLUMNS), "context_shift")
-        for e in range(d - ways):
+        # Each column's den, its head's, copied into a register of its own until the context
+        # starts, shifts down with the numerators: the dividers take it from a register, with
+        # no select between them (a select of each word's heads' dens, by column or by word,
+        # would sit on the route to the dividers).
+        column_dens = [Signal(signed(plan.den_bound.bits), name=f"column_den{e}") for e in range(d)]
+        for e in range(d):
             with m.If(shifting[e // self.SELECT_COLUMNS]):
-                m.d.sync += num[e].eq(num[e + ways])
+                if e < d - ways:
+                    m.d.sync += [num[e].eq(num[e + ways]), column_dens[e].eq(column_dens[e + ways])]
+            with m.Else():
+                # Copied on every cycle until the context starts, so also from the final den:
+                # the enable is the shift's register, not the state's decode.
+                m.d.sync += column_dens[e].eq(den[e // hd])
         column = Signal(range(d + ways))
-        word_index = Signal(range(words + 1))  # column // ways
-        remaining = d - column
-        m.submodules.context = context = ContextDividers(plan)
-        wiring.connect(m, context.o, wiring.flipped(self.o))
-        if plan.loaded:
-            wiring.connect(m, wiring.flipped(self.load_ctx), context.load_ctx)
+        word = data.StructLayout({"count": range(ways + 1), "last": 1,
+                                  **({} if self.layers == 1 else {"layer": range(self.layers)})})
+        m.submodules.context = queue = StreamFIFO(self.o.payload.shape(), words, fall_through=True)
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
         dividing = Signal()
-        # What the dividers take: the word at the numerators' head, its columns' dens, its tag.
-        taken_tag = Signal(word_layout(plan))
-        m.d.comb += [taken_tag.count.eq(Mux(remaining < ways, remaining, ways)), taken_tag.last.eq(remaining <= ways)]
-        if self.layers > 1:
-            m.d.comb += taken_tag.layer.eq(layer)
-        if plan.late_values:
-            taken_valid, taken_tag, taken_num, taken_den, shifted = own_row_added(
-                m, platform, plan, dividing, taken_tag, num, den, own_weight, self.values, word_index)
-            m.d.sync += [copy.eq(shifted) for copy in shifting]
-        else:
-            taken_valid = dividing
-            taken_num = [num[k] if k < d else 0 for k in range(ways)]
-            taken_den = shifted_dens(m, plan, den, [shifting[e // self.SELECT_COLUMNS] for e in range(d)])
-        m.d.comb += [context.i.valid.eq(taken_valid), context.i.payload.tag.eq(taken_tag),
-                     *(context.i.payload.num[k].eq(taken_num[k]) for k in range(ways)),
-                     *(context.i.payload.den[k].eq(taken_den[k]) for k in range(ways))]
-
-        def arrived(index, ahead=0):
-            """V[pos]'s word ``index + ahead`` is there (always, where V comes with the query)."""
-            if not plan.late_values:
-                return Const(1)  # (the bits shifted by `ahead` below: no adder on the index)
-            return self.values_ready | Cat(self.values_written[ahead:], Const(0, ahead)).bit_select(index, 1)
-
+        if plan.loaded:
+            # r_ctx by a table of its results, each layer's 256 (the load's): the dividers'
+            # words a cycle later, through each column's copy.
+            delayed = Signal(word)
+            delayed_valid = Signal()
+            into_queue = Signal(self.o.payload.shape())
+            m.d.comb += [queue.i.valid.eq(delayed_valid), queue.i.payload.eq(into_queue)]
+            ctx_reads = []
+            for k in range(ways):
+                m.submodules[f"ctx_table{k}"] = table = memory.Memory(
+                    shape=8, depth=plan.ctx_table_depth, init=[], attrs={"ram_style": "block"})
+                connect_load(m, table, self.load_ctx)
+                ctx_reads.append(table.read_port())
+        for k in range(ways):
+            # r_ctx on the quotient, in the divider's last stage (a table of its results).
+            divider = FloorDivider(plan.divider, tag_shape=word if k == 0 else unsigned(0))
+            m.submodules[f"divider{k}"] = divider
+            out = divider.o
+            m.d.comb += [
+                divider.i.valid.eq(dividing),
+                *([divider.i.payload.layer.eq(layer)] if divider.layers > 1 else []),
+                divider.i.payload.num.eq(num[k] if k < d else 0),
+                divider.i.payload.den.eq(column_dens[min(k, d - 1)]),
+                out.ready.eq(1),
+            ]
+            if plan.loaded:
+                read = ctx_reads[k]
+                if k == 0:
+                    word_out = out  # the first divider's tag: the word's layer (the query's may be the next's)
+                m.d.comb += [read.addr.eq(Cat(out.payload.value[:8], word_out.payload.tag.layer) if self.layers > 1
+                                          else out.payload.value[:8]),
+                             into_queue.values[k].eq(read.data.as_signed())]
+                if k == 0:
+                    m.d.sync += [delayed_valid.eq(out.valid), delayed.eq(out.payload.tag)]
+                    m.d.comb += [divider.i.payload.tag.count.eq(Mux(d - column < ways, d - column, ways)),
+                                 divider.i.payload.tag.last.eq(d - column <= ways),
+                                 into_queue.count.eq(delayed.count), into_queue.last.eq(delayed.last)]
+                    if self.layers > 1:
+                        m.d.comb += [divider.i.payload.tag.layer.eq(layer), into_queue.layer.eq(delayed.layer)]
+                continue
+            m.d.comb += queue.i.payload.values[k].eq(out.payload.value)
+            if k == 0:
+                remaining = d - column
+                m.d.comb += [
+                    divider.i.payload.tag.count.eq(Mux(remaining < ways, remaining, ways)),
+                    divider.i.payload.tag.last.eq(remaining <= ways),
+                    queue.i.valid.eq(out.valid),
+                    queue.i.payload.count.eq(out.payload.tag.count),
+                    queue.i.payload.last.eq(out.payload.tag.last),
+                    *([divider.i.payload.tag.layer.eq(layer), queue.i.payload.layer.eq(out.payload.tag.layer)]
+                      if self.layers > 1 else []),
+                ]
         # The words of a context still in the dividers or the queue.
         pending = Signal(range(words + 1))
         with m.If(self.o.valid & self.o.ready):
@@ -457,8 +465,7 @@ class Attention(wiring.Component):
             for phase in ("SCORE", "WEIGHT"):
                 with m.State(phase):
                     # The group of row pos waits for its K row (scores) or V row (weights).
-                    ready = (self.keys_ready if phase == "SCORE" else
-                             Const(1) if plan.late_values else self.values_ready)
+                    ready = self.keys_ready if phase == "SCORE" else self.values_ready
                     m.d.comb += issuing.eq((group != last_group) | ready)
                     with m.If(issuing):
                         m.d.comb += next_group.eq(group + 1)
@@ -475,26 +482,17 @@ class Attention(wiring.Component):
                     m.next = "WEIGHT"
             with m.State("WEIGHT_DRAIN"):
                 # The numerators are complete a cycle after the last row leaves the pipeline's
-                # last stage but one (the dens stages earlier): the dividers take them from then,
-                # with late values from two cycles after the first word is taken.
-                drained = w_valid[:weight_latency - 1 - (OWN_ROW_LEAD if plan.late_values else 0)] == 0
-                with m.If(drained & (pending == 0)):
-                    m.d.sync += [column.eq(0), word_index.eq(0), pending.eq(words)]
-                    set_context(arrived(0))
+                # last stage but one (the dens stages earlier): the dividers take them from then.
+                with m.If((w_valid[:weight_latency - 1] == 0) & (pending == 0)):
+                    m.d.sync += [column.eq(0), pending.eq(words)]
+                    set_context(1)
                     m.next = "CONTEXT"
             with m.State("CONTEXT"):
-                # A word is taken in each cycle that `dividing` holds; whether the next is, is
-                # decided a cycle ahead (a word of V[pos], once there, stays).
-                with m.If(dividing):
-                    m.d.sync += [column.eq(column + ways), word_index.eq(word_index + 1)]
-                    with m.If(column + ways >= d):
-                        m.d.sync += idle.eq(1)
-                        m.d.comb += next_group.eq(0)
-                        set_context(0)
-                        set_scoring(1)
-                        m.next = "IDLE"
-                    with m.Else():
-                        set_context(arrived(word_index, ahead=1))
-                with m.Else():
-                    set_context(arrived(word_index))
+                m.d.sync += column.eq(column + ways)
+                with m.If(column + ways >= d):
+                    m.d.sync += idle.eq(1)
+                    m.d.comb += next_group.eq(0)
+                    set_context(0)
+                    set_scoring(1)
+                    m.next = "IDLE"
         return m

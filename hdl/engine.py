@@ -134,8 +134,6 @@ class Engine(wiring.Component):
             attention.keys_ready.eq(sequencer.keys_ready),
             attention.values_ready.eq(sequencer.values_ready),
         ]
-        if plan.attention.late_values:  # V[pos] as it arrives
-            m.d.comb += [attention.values.eq(qkv.v), attention.values_written.eq(qkv.v_written)]
         if plan.model.n_layers > 1:  # the layer's own cache rows, M_score and r_ctx
             m.d.comb += [cache.write.payload.layer.eq(sequencer.layer), attention.i.payload.layer.eq(sequencer.layer)]
         self._probes(m)

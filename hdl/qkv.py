@@ -32,8 +32,6 @@ class QKVSource(wiring.Signature):
     q, k, v : ``Out(ArrayLayout(signed(8), d_model))``
     have_q, have_k, have_v : ``Out(1)``
         Each vector is complete (and stays so until the next start).
-    v_written : ``Out(words)``
-        Which words of ``v`` (``ways`` columns each) are there (until the next start).
     """
 
     def __init__(self, plan, collected_layout, lanes_input_layout):
@@ -49,7 +47,6 @@ class QKVSource(wiring.Signature):
             "xi": Out(stream.Signature(lanes_input_layout)),
             "q": Out(vector), "k": Out(vector), "v": Out(vector),
             "have_q": Out(1), "have_k": Out(1), "have_v": Out(1),
-            "v_written": Out(-(-d // plan.shape.ways)),
         })
 
 
@@ -90,7 +87,6 @@ class QKVTable(wiring.Component):
                              Cat(position[:pos_bits], token))),
             self.q.eq(read.data.q), self.k.eq(read.data.k), self.v.eq(read.data.v),
             self.have_q.eq(addressed), self.have_k.eq(addressed), self.have_v.eq(addressed),
-            self.v_written.eq(Mux(addressed, -1, 0)),
         ]
         return m
 
@@ -140,13 +136,8 @@ class QKVComputed(wiring.Component):
                         m.d.sync += target[e].eq(value)
                 with m.If(last):
                     m.d.sync += complete.eq(1)
-                if way == 0 and stage == Stage.V:
-                    # A word's elements arrive together, element 0 at its first column.
-                    word_write = Signal.like(self.v_written, name="collect_v_words")
-                    m.d.sync += word_write.eq(Cat(ours & (out.tag == w * ways) for w in range(len(self.v_written))))
-                    m.d.sync += self.v_written.eq(self.v_written | word_write)
         with m.If(self.start.valid | self.next_layer):
-            m.d.sync += [self.have_q.eq(0), self.have_k.eq(0), self.have_v.eq(0), self.v_written.eq(0)]
+            m.d.sync += [self.have_q.eq(0), self.have_k.eq(0), self.have_v.eq(0)]
         return m
 
     def _xi(self, m):

@@ -27,9 +27,7 @@ class AttentionPlan:
     gives, so that no clamp lies between the product and the table). ``ctx_requant``: some
     layer's ``r_ctx`` changes the context, and the divider applies it. ``loaded``: a loadable
     build's, its rules from registers, the exp table and each layer's table of ``r_ctx``'s
-    results (:attr:`ctx_table_depth`) written by the load. ``late_values``: ``V[pos]`` comes
-    after the query (made by the QKV product, not read from a table with it): its row is
-    weighed as its words arrive, in the context's own pipeline, not in the weight phase."""
+    results (:attr:`ctx_table_depth`) written by the load."""
     d_model: int
     n_heads: int
     seq_len: int
@@ -54,7 +52,6 @@ class AttentionPlan:
     divider: DividerPlan
     index_stages: int = 0
     loaded: bool = False
-    late_values: bool = False
 
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
     # Entries up to which the exp table is a ROM in logic (a few LUT4s a bit); deeper, a block RAM.
@@ -143,14 +140,13 @@ class AttentionPlan:
     @property
     def multipliers(self):
         """DSP blocks: the first bank's products (the others' are LUT logic), a score scale
-        per head and bank, and with late values a product per context column a cycle."""
+        per head and bank."""
         products = self.d_model * product_multipliers(self.operand_bits, True, 8, True)
         scales = self.n_heads * self.rows * sum(term.multipliers for term in self.score_scale_terms)
-        late = self.ways * product_multipliers(max(1, self.weight_bits), False, 8, True) if self.late_values else 0
-        return products + scales + late
+        return products + scales
 
 
-def attention_plan(model, bounds, *, ways=1, rows=1, late_values=False):
+def attention_plan(model, bounds, *, ways=1, rows=1):
     """The :class:`AttentionPlan` of ``model`` for its ``bounds`` (:func:`int8model.bounds.analyse`)."""
     layers = bounds.layers
     score_rules = tuple(Rule.rq(layer.requant["M_score"]) for layer in model.layers)
@@ -190,7 +186,7 @@ def attention_plan(model, bounds, *, ways=1, rows=1, late_values=False):
         exp_spread=exp_spread,
         exp_depth=max(tops) + 1 if exp_spread else nlut, nlut=nlut,
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx,
-                             rules=ctx_rules if ctx_requant else None), late_values=late_values)
+                             rules=ctx_rules if ctx_requant else None))
 
 
 def loaded_attention_plan(limits, bounds, *, ways=1, rows=1):
@@ -217,8 +213,7 @@ def loaded_attention_plan(limits, bounds, *, ways=1, rows=1):
         # shifted index after it.
         ctx_bound=ctx, gap_operand_bits=gap_operand_bits, product_stages=1 if len(terms) <= 1 else 2,
         index_stages=2, exp_spread=False, exp_depth=depth, nlut=depth,
-        divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx), loaded=True,
-        late_values=True)
+        divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx), loaded=True)
 
 
 def exp_entries(plan, exp_lut):

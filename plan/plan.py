@@ -303,7 +303,7 @@ def make_plan(model, shape=Shape(), part=None, *, bounds=None):
     hidden = None
     if shape.hidden_in_lanes:
         hidden = (Matrix.W1, Matrix.W2, hidden_rules(model.requant), bounds["acc_h"])
-    attention = attention_plan(model, bounds, ways=ways, rows=shape.attention_rows, late_values=not shape.qkv_table)
+    attention = attention_plan(model, bounds, ways=ways, rows=shape.attention_rows)
     return _assemble(summary, shape, part, bounds, stages, embedding, qkv, matrices, hidden, attention)
 
 

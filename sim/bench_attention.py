@@ -12,33 +12,13 @@ from int8model.golden import attention, to8
 
 from .bench import start
 from .harness import AttentionWithCache
-from .payload import pack
 from .runner import bench_params
 from .streams import StreamSink, StreamSource
 
 
 def build(params):
     model = from_json(params["model"])
-    return model, AttentionWithCache(model, ways=params.get("ways", 1), rows=params.get("rows", 1),
-                                     late_values=params.get("late_values", False))
-
-
-async def values_arrive(dut, unit, row, rng):
-    """With late values, ``V[pos]`` (``row``) as the engine gives it: its words, in order, one
-    a cycle or with gaps, then whole (``values_ready``); else its readiness alone."""
-    if unit.plan.late_values:
-        dut.values.value = pack(unit.values.shape(), row)
-        words = unit.attention.words
-        for w in range(words):
-            dut.values_written.value = (1 << (w + 1)) - 1
-            await ClockCycles(dut.clk, rng.choice((1, 1, 1, 2, 5)))
-    dut.values_ready.value = 1
-
-
-def values_gone(dut, unit):
-    dut.values_ready.value = 0
-    if unit.plan.late_values:
-        dut.values_written.value = 0
+    return model, AttentionWithCache(model, ways=params.get("ways", 1), rows=params.get("rows", 1))
 
 
 def rows(rng, bound, count, d, kind):
@@ -86,17 +66,14 @@ async def attention_matches_golden(dut):
         # As in the engine: rows 0..pos−1 are cached, row pos is written while the unit
         # already scores, and its readiness is raised only then.
         dut.keys_ready.value = 0
-        values_gone(dut, unit)
+        dut.values_ready.value = 0
         await writer.send([{"pos": j, "k": keys[j], "v": values[j]} for j in range(pos)])
         await query.send([{"q": q, "pos": pos}])
         await ClockCycles(dut.clk, rng.randrange(2 * pos + 12))
-        # With late values, the row's V is not the cache's: the unit must take V[pos] from
-        # `values` alone (the cache's stays the other rows').
-        cached = values[pos] if not unit.plan.late_values else [(v + 219) % 256 - 128 for v in values[pos]]
-        await writer.send([{"pos": pos, "k": keys[pos], "v": cached}])
+        await writer.send([{"pos": pos, "k": keys[pos], "v": values[pos]}])
         dut.keys_ready.value = 1
-        await ClockCycles(dut.clk, rng.randrange(8 if not unit.plan.late_values else 2 * pos + 12))
-        await values_arrive(dut, unit, values[pos], rng)
+        await ClockCycles(dut.clk, rng.randrange(8))
+        dut.values_ready.value = 1
         ways = unit.attention.ways
         got = await sink.receive(-(-model.d_model // ways))
         want = golden_context(model, q, keys, values)
@@ -129,12 +106,9 @@ async def queries_while_context_waits(dut):
             await RisingEdge(dut.clk)
         await RisingEdge(dut.clk)
         dut.keys_ready.value = 0
-        values_gone(dut, unit)
+        dut.values_ready.value = 0
         await writer.send([{"pos": j, "k": keys[j], "v": values[j]} for j in range(pos + 1)])
         dut.keys_ready.value = 1
-        if unit.plan.late_values:
-            dut.values.value = pack(unit.values.shape(), values[pos])
-            dut.values_written.value = (1 << unit.attention.words) - 1
         dut.values_ready.value = 1
         await query.send([{"q": q, "pos": pos}])
     got = await received

@@ -15,11 +15,10 @@ __all__ = ["AttentionWithCache"]
 class AttentionWithCache(wiring.Component):
     """The attention unit reading a KV cache whose write port, and row ``pos``'s readiness, the
     bench drives; both as a model's plan has them (``ways`` context columns and ``rows`` cache
-    rows a cycle). ``late_values``: ``V[pos]`` comes after the query, on the unit's ``values``
-    ports, which the bench drives too."""
+    rows a cycle)."""
 
-    def __init__(self, model, *, ways=1, rows=1, late_values=False):
-        self.plan = attention_plan(model, analyse(model), ways=ways, rows=rows, late_values=late_values)
+    def __init__(self, model, *, ways=1, rows=1):
+        self.plan = attention_plan(model, analyse(model), ways=ways, rows=rows)
         self.attention = Attention(self.plan, exp_entries(self.plan, model.exp_lut))
         self.cache = KVCache(self.plan.cache)
         super().__init__({
@@ -27,8 +26,6 @@ class AttentionWithCache(wiring.Component):
             "i": In(self.attention.i.signature.flip()),
             "keys_ready": In(1),
             "values_ready": In(1),
-            **({"values": In(self.attention.values.shape()), "values_written": In(self.attention.words)}
-               if late_values else {}),
             "o": Out(self.attention.o.signature),
         })
 
@@ -41,8 +38,6 @@ class AttentionWithCache(wiring.Component):
             self.attention.keys_ready.eq(self.keys_ready),
             self.attention.values_ready.eq(self.values_ready),
         ]
-        if self.plan.late_values:
-            m.d.comb += [self.attention.values.eq(self.values), self.attention.values_written.eq(self.values_written)]
         wiring.connect(m, wiring.flipped(self.write), self.cache.write)
         wiring.connect(m, wiring.flipped(self.i), self.attention.i)
         wiring.connect(m, self.attention.o, wiring.flipped(self.o))

@@ -5,18 +5,15 @@ from int8model import analyse, load
 from int8model.format import from_json
 from int8model.synthetic import random_model
 from plan.attention import AttentionPlan, attention_plan, exp_entries
-from hdl.context import OWN_ROW_LATENCY, OWN_ROW_LEAD
 from sim.harness import AttentionWithCache
 from sim.runner import ECP5Cells, generated_verilog, run_bench
 
 SHIPPED = load("models/zen32.json")
 
 
-def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1, platform=None, testcase="attention_matches_golden",
-        late_values=False):
-    params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall, "ways": ways, "rows": rows,
-              "late_values": late_values}
-    run_bench(AttentionWithCache(model, ways=ways, rows=rows, late_values=late_values), name=name,
+def run(name, model, seed, count=60, stall=0.3, ways=1, rows=1, platform=None, testcase="attention_matches_golden"):
+    params = {"model": model.to_json(), "seed": seed, "count": count, "stall": stall, "ways": ways, "rows": rows}
+    run_bench(AttentionWithCache(model, ways=ways, rows=rows), name=name,
               test_module="sim.bench_attention", params=params, platform=platform, testcase=testcase)
 
 
@@ -35,17 +32,6 @@ def test_rows_a_cycle(shape, rows):
         rows=rows, ways=2)
 
 
-@pytest.mark.parametrize("shape, rows, ways", [((8, 1, 8, 8, 8), 1, 1), ((32, 4, 32, 32, 32), 2, 2),
-                                               ((24, 3, 8, 8, 5), 2, 3), ((16, 4, 16, 16, 12), 4, 2)])
-def test_late_values(shape, rows, ways):
-    """V[pos] after the query, a word at a time with gaps, its cache row not yet V's: row pos
-    weighed into den in the weight phase and into each column's num on the way to the
-    dividers (a deep or loadable model's q, k and v are made by the QKV product)."""
-    rng = np.random.default_rng(sum(shape) + 100 * rows + ways)
-    run("attention_late{}_{}_{}_{}_{}_{}_{}".format(rows, ways, *shape), random_model(rng, *shape), seed=rows + ways,
-        rows=rows, ways=ways, late_values=True)
-
-
 @pytest.mark.parametrize("shape, ways", [((32, 4, 32, 32, 32), 3), ((24, 3, 8, 8, 5), 2), ((8, 2, 8, 8, 8), 3)])
 def test_several_columns_a_cycle(shape, ways):
     """Context words of `ways` columns, spanning heads, the last one part empty."""
@@ -53,22 +39,18 @@ def test_several_columns_a_cycle(shape, ways):
     run("attention_ways{}_{}_{}_{}_{}_{}".format(ways, *shape), random_model(rng, *shape), seed=ways, ways=ways)
 
 
-@pytest.mark.parametrize("late_values", [False, True], ids=["", "late"])
-def test_ecp5_multipliers_in_their_own_registers(late_values):
+def test_ecp5_multipliers_in_their_own_registers():
     """Elaborated as for an ECP5: the first bank's multipliers (q·K, then weight·V) hold their
     operands in the MULT18X18Ds' own input registers, and so do the M_score products (the
-    clamped gap) of every head and bank, and with late values the products of row pos, one a
-    context column, as many as the plan counts; simulated with the primitives' models, against
-    the golden model."""
+    clamped gap) of every head and bank, as many as the plan counts; simulated with the
+    primitives' models, against the golden model."""
     rng = np.random.default_rng(41)
     model = random_model(rng, 16, 2, 16, 16, 12)
-    plan = attention_plan(model, analyse(model), ways=2, rows=2, late_values=late_values)
+    plan = attention_plan(model, analyse(model), ways=2, rows=2)
     assert plan.gap_stages == 1
-    name = "attention_ecp5" + ("_late" if late_values else "")
-    run(name, model, seed=41, rows=2, ways=2, platform=ECP5Cells(), late_values=late_values)
-    multipliers = generated_verilog(name).count("MULT18X18D #(")
-    # d_model, heads × banks, and the context's columns
-    assert multipliers == plan.multipliers == 16 + 2 * 2 + (2 if late_values else 0)
+    run("attention_ecp5", model, seed=41, rows=2, ways=2, platform=ECP5Cells())
+    multipliers = generated_verilog("attention_ecp5").count("MULT18X18D #(")
+    assert multipliers == plan.multipliers == 16 + 2 * 2  # d_model, heads × banks
 
 
 @pytest.mark.parametrize("r_ctx", [(1, 0), (4, 2)])
@@ -83,14 +65,13 @@ def test_context_left_as_it_is(r_ctx):
     run(f"attention_ctx_{r_ctx[0]}_{r_ctx[1]}", model, seed=r_ctx[0], rows=2, ways=3)
 
 
-@pytest.mark.parametrize("ways, late_values", [(1, False), (4, False), (2, True)])
-def test_queries_while_context_waits(ways, late_values):
+@pytest.mark.parametrize("ways", [1, 4])
+def test_queries_while_context_waits(ways):
     """A query as soon as the unit takes one, while a slow consumer holds the context before:
     the dividers never stall, so the next context must wait for room behind them."""
     rng = np.random.default_rng(50 + ways)
-    run(f"attention_back_to_back{ways}{'_late' if late_values else ''}", random_model(rng, 16, 4, 16, 16, 12),
-        seed=ways, count=12, stall=0.9, ways=ways, rows=2, testcase="queries_while_context_waits",
-        late_values=late_values)
+    run(f"attention_back_to_back{ways}", random_model(rng, 16, 4, 16, 16, 12), seed=ways, count=12, stall=0.9,
+        ways=ways, rows=2, testcase="queries_while_context_waits")
 
 
 def test_extreme_models():
@@ -152,18 +133,16 @@ def test_gaps_saturate_where_the_index_stops_changing(multiplier, shift, nlut, m
 RANDOM = random_model(np.random.default_rng(1), 32, 4, 32, 32, 32)
 
 
-@pytest.mark.parametrize("late_values", [False, True], ids=["", "late"])
 @pytest.mark.parametrize("rows, pos", [(2, 0), (2, 1), (2, 6), (1, 3)])
 @pytest.mark.parametrize("model", [SHIPPED, RANDOM], ids=["shipped", "random"])
-def test_latency(model, rows, pos, late_values):
+def test_latency(model, rows, pos):
     """From taking the query to the first word of the context, with rows 0..pos cached and
     ready: ``2·ceil((pos + 1) / rows) + 18`` cycles, one more for pos < rows (as the unit's
     docstring states), whether r_ctx changes the context (the random model's) or not (the
-    shipped model's (1, 0)): the dividers' last stage applies it. With late values (V[pos]
-    whole before the query), the stages that add row pos more, but for the context's lead."""
+    shipped model's (1, 0)): the dividers' last stage applies it."""
     from sim.latency import outputs_after
 
-    unit = AttentionWithCache(model, ways=4, rows=rows, late_values=late_values)
+    unit = AttentionWithCache(model, ways=4, rows=rows)
     assert unit.plan.ctx_requant == (model is RANDOM)
     rng = np.random.default_rng(pos)
 
@@ -185,52 +164,4 @@ def test_latency(model, rows, pos, late_values):
         ctx.set(unit.i.valid, 0)
 
     seen = outputs_after(unit, offer, None, 60)
-    late = OWN_ROW_LATENCY - OWN_ROW_LEAD if late_values else 0
-    assert seen[:1] == [2 * -(-(pos + 1) // rows) + 18 + (pos < rows) + late]
-
-
-@pytest.mark.parametrize("gap", [1, 3])
-def test_context_follows_late_values(gap):
-    """With late values, V[pos] a word every ``gap`` cycles after the weight phase is done:
-    each word of ci leaves ``value_latency`` cycles after its word of V[pos] is written, so
-    that the context leaves beside V rather than after it, and equals the golden model's."""
-    from amaranth.sim import Simulator
-    from sim.bench_attention import golden_context
-
-    unit = AttentionWithCache(RANDOM, ways=2, rows=2, late_values=True)
-    d, words, pos = RANDOM.d_model, unit.attention.words, 6
-    rng = np.random.default_rng(gap)
-    keys, values = (rng.integers(-128, 128, (pos + 1, d)).tolist() for _ in range(2))
-    q = rng.integers(-128, 128, d).tolist()
-    written, left = [], []
-
-    async def bench(ctx):
-        ctx.set(unit.o.ready, 1)
-        for j in range(pos + 1):  # row pos's V in the cache is not V[pos]: the unit must not read it
-            ctx.set(unit.write.payload, {"pos": j, "k": keys[j], "v": values[j] if j < pos else [0] * d})
-            ctx.set(unit.write.valid, 1)
-            await ctx.tick()
-        ctx.set(unit.write.valid, 0)
-        ctx.set(unit.keys_ready, 1)
-        ctx.set(unit.i.payload, {"q": q, "pos": pos})
-        ctx.set(unit.i.valid, 1)
-        await ctx.tick().until(unit.i.ready)
-        ctx.set(unit.i.valid, 0)
-        ctx.set(unit.values, values[pos])
-        for cycle in range(40 + gap * words + 40):  # the weight phase takes fewer than 40
-            arriving = cycle - 40
-            if arriving >= 0 and arriving % gap == 0 and len(written) < words:
-                written.append(cycle)
-                ctx.set(unit.values_written, (1 << len(written)) - 1)
-            if ctx.get(unit.o.valid):
-                left.append((cycle, ctx.get(unit.o.payload)))
-            await ctx.tick()
-
-    sim = Simulator(unit)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert [cycle - w for (cycle, _), w in zip(left, written)] == [unit.attention.value_latency] * words
-    assert left[0][0] < written[-1]
-    got = [v for _, word in left for v in list(word.values)[:word.count]]
-    assert got == golden_context(RANDOM, q, keys, values)
+    assert seen[:1] == [2 * -(-(pos + 1) // rows) + 18 + (pos < rows)]
