@@ -1,7 +1,10 @@
 """The suite's order under xdist (``tests/conftest.py``): each worker's first share starts with
 one of the longest tests."""
 
+from types import SimpleNamespace
+
 import pytest
+from xdist.scheduler import WorkStealingScheduling
 
 from tests.conftest import dealt
 
@@ -14,18 +17,44 @@ class Item:
         return self.marker if name == "slow" else None
 
 
+class Worker:
+    """What xdist's scheduler sees of a worker: the tests it is sent, in turn."""
+
+    shutting_down = False
+
+    def __init__(self, index):
+        self.gateway = SimpleNamespace(id=f"gw{index}")
+        self.slices = []
+
+    def send_runtest_some(self, indices):
+        self.slices.append(list(indices))
+
+    def send_steal(self, indices):
+        pass
+
+
+def first_slices(collection, workers):
+    """The slice of ``collection`` that xdist's own work-stealing scheduler sends each worker
+    first."""
+    config = SimpleNamespace(getvalue=lambda name: [f"{workers}*popen"] if name == "tx" else None)
+    scheduler = WorkStealingScheduling(config)
+    nodes = [Worker(index) for index in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    return [node.slices[0] for node in nodes]
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_each_worker_starts_with_a_long_test_and_a_short_one_behind_it(workers):
     items = [Item("build", 25), Item("demo", 8), Item("bench", 2), Item("fixture", 1)] + \
         [Item(f"quick{i}") for i in range(11)]
     laid_out = dealt(items, workers)
     assert sorted(item.name for item in laid_out) == sorted(item.name for item in items)
-    start = 0
-    for k in range(workers):  # as xdist's work stealing hands out the slices
-        size = (len(items) - start) // (workers - k)
-        first, second = laid_out[start:start + 2]
+    for k, indices in enumerate(first_slices([item.name for item in laid_out], workers)):
+        first, second = (laid_out[i] for i in indices[:2])
         assert first is items[k] and second.marker is None
-        start += size
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 8])
