@@ -148,9 +148,9 @@ def verilog_for_icarus(component, name, platform=None, waves=False):
     return text if waves else _FIELD_ALIAS.sub("", text)
 
 
-# cocotb rewrites the asserts of every module a bench imports (``*.py``), NumPy's and
-# Amaranth's too: imports three times as slow, a small engine bench's run 2.0 s, not 1.2 s.
-# The benches' own asserts are still rewritten, so that a failure shows its values.
+# cocotb's default (``*.py``) rewrites the asserts of every module a bench imports, NumPy's
+# and Amaranth's too, which triples the bench's imports (docs/verification.md). The benches'
+# own are still rewritten, so that a failure shows its values.
 REWRITTEN = "sim/*.py"
 
 

@@ -187,8 +187,8 @@ def test_generate_loads_a_model(deep_models, tmp_path, capsys):
     """``host.generate --backend sim --load``: the simulated board built for the model's shape
     with no model in it, the model uploaded with a progress bar and its time, then the
     generation, every token the golden model's. A small deep model: the shipped one takes the
-    same path with twice the bytes (12,092 against 6,328) and 2.5 times as long; its images are
-    held to the golden model through the load port in test_loadable_engine_matches_golden."""
+    same path with twice the bytes (docs/loading.md); its images are held to the golden model
+    through the load port in test_loadable_engine_matches_golden."""
     from host.generate import main
     model = deep_models[1]
     path = tmp_path / "model.json"

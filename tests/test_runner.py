@@ -92,6 +92,6 @@ def test_values_of_other_widths_stay_apart():
 
 def test_a_bench_rewrites_only_its_own_asserts():
     """cocotb's default rewrites the asserts of every module a bench imports; the runner keeps
-    it to the benches' (a small engine bench's run, 2.0 s -> 1.2 s)."""
+    it to the benches' own."""
     from sim.runner import run_bench
     run_bench(Pieces(), name="runner_rewrites", test_module="sim.bench_runner", params={})
