@@ -173,11 +173,16 @@ class Engine(wiring.Component):
         wiring.connect(m, context, into_lanes.i[0])
         wiring.connect(m, qkv.xi, into_lanes.i[1])
         next_matrix = Array(Const(s.feeds or 0) for s in plan.all_stages)
+        words = into_lanes.i[2]
+        if plan.feed_registered:  # wide lanes: their input is far from the epilogues (plan.plan)
+            m.submodules.epilogue_words = registered = RegisterSlice(feed_shape)
+            wiring.connect(m, registered.o, into_lanes.i[2])
+            words = registered.i
         m.d.comb += [
-            into_lanes.i[2].valid.eq(epilogues[0].o.valid & ~collected),
-            into_lanes.i[2].payload.matrix.eq(next_matrix[select]),
-            *(into_lanes.i[2].payload.values[k].eq(epilogue.o.payload.value) for k, epilogue in enumerate(epilogues)),
-            *(epilogue.o.ready.eq(collected | into_lanes.i[2].ready) for epilogue in epilogues),
+            words.valid.eq(epilogues[0].o.valid & ~collected),
+            words.payload.matrix.eq(next_matrix[select]),
+            *(words.payload.values[k].eq(epilogue.o.payload.value) for k, epilogue in enumerate(epilogues)),
+            *(epilogue.o.ready.eq(collected | words.ready) for epilogue in epilogues),
         ]
         wiring.connect(m, into_lanes.o, self.feed.i)
         return m

@@ -29,8 +29,13 @@ from .shape import (ATTENTION_ROWS, MAX_WAYS, Shape, lanes_for, qkv_table_depth,
 from .units import ArgMaxPlan, CachePlan, EmbeddingPlan, EpiloguePlan, QKVPlan, argmax_plan, epilogue_plan
 
 __all__ = ["FitError", "ModelSummary", "MemoryPlan", "Plan", "make_plan", "make_loadable_plan", "choose_plan",
-           "candidate_shapes"]
+           "candidate_shapes", "REGISTERED_FEED_LANES"]
 
+# From this many lanes on, the epilogues' words reach the lanes' input through a register of
+# their own: so wide a lane array spreads its issue logic over the part, and the route from an
+# epilogue's output, through the decode of where its word goes, into the lanes' input limited
+# the deep demo's clock (docs/timing.md). A cycle more for each product the epilogues feed.
+REGISTERED_FEED_LANES = 64
 
 
 class FitError(ValueError):
@@ -93,6 +98,7 @@ class Plan:
     memories: tuple
     limits: Limits | None = None
     boot_depth: int = 0
+    feed_registered: bool = False
 
 
     @property
@@ -324,7 +330,8 @@ def _assemble(summary, shape, part, bounds, stages, embedding, qkv, matrices, hi
     memories = _memories(summary, shape, embedding, qkv, lanes, feed_width, attention, cache, epilogue)
     memories += _device_memories(summary, limits is not None)
     plan = Plan(summary, part, shape, stages, embedding, qkv, lanes, -(-max(summary.d_model, summary.d_ff) // ways),
-                epilogue, attention, cache, argmax, tuple(memories), limits)
+                epilogue, attention, cache, argmax, tuple(memories), limits,
+                feed_registered=shape.lanes >= REGISTERED_FEED_LANES)
     if limits is not None:
         # A boot image where the part has the block RAM for a whole load's frames; else none.
         depth = -(-load_frame_bytes(plan) // BOOT_BLOCK) * BOOT_BLOCK

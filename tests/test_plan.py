@@ -10,6 +10,7 @@ from int8model import Golden, load
 from int8model.golden import c8, rq
 from int8model.synthetic import random_model
 from plan import PARTS, FitError, Shape, choose_plan, limits_for, make_contents, make_plan
+from plan.plan import REGISTERED_FEED_LANES
 from plan.schedule import MATRICES, STAGES, Matrix, Stage
 
 SHIPPED = "models/zen32.json"
@@ -89,6 +90,21 @@ def test_a_part_too_small_is_refused_before_any_hardware():
     message = str(refused.value)
     assert "block RAM" in message and "multipliers" in message and "the LFE5U-25F has 28" in message
     assert choose_plan(model, "85F").dsp_blocks <= PARTS["85F"].MULT18X18D
+
+
+def test_wide_lanes_take_the_epilogues_words_through_a_register():
+    """From ``REGISTERED_FEED_LANES`` lanes on, the plan puts a register between the epilogues'
+    output and the lanes' input (a wide lane array's input is far from them), and the engine
+    builds it there; narrower lanes take the words straight."""
+    from amaranth.hdl import Fragment
+    from hdl.engine import Engine
+    model = random_model(np.random.default_rng(6), 64, 4, 64, 16, 8)
+    for lanes in (REGISTERED_FEED_LANES // 2, REGISTERED_FEED_LANES):
+        plan = make_plan(model, Shape(lanes, 2))
+        registered = lanes >= REGISTERED_FEED_LANES
+        assert plan.feed_registered == registered
+        units = {name for _, name, _ in Fragment.get(Engine(plan), None).subfragments}
+        assert "feed" in units and ("epilogue_words" in units) == registered
 
 
 def test_contents_belong_to_their_model():
