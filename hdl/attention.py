@@ -9,6 +9,7 @@ from .fifo import StreamFIFO
 from .kv_cache import CacheRead
 from .loader import connect_load, load_port
 from .product import dsp_product, lut_product, operand_terms, split_product, tree_sum
+from .requant import shifted_clamp
 
 __all__ = ["Attention"]
 
@@ -296,23 +297,22 @@ class Attention(wiring.Component):
                     operand = Signal(unsigned(k), name=f"gap_operand{r}_{g}")
                     m.d.sync += operand.eq(clamped_gap)
                     scaled = split_product(m, operand, multiplier, 1, plan.scaled_bound.bits, f"scaled{r}_{g}")
-                if plan.loaded:
+                if plan.loaded:  # a power of two of entries: the clamp is logic on the bits
                     held = Signal.like(scaled, name=f"scaled_held{r}_{g}")
                     index = Signal.like(scaled, name=f"scaled_shifted{r}_{g}")
                     m.d.sync += [held.eq(scaled), index.eq(held >> score_shift)]
+                    top = (len(entries) - 1).bit_length()
+                    clamped = Mux(index[-1], 0, Mux(index[top:].any(), len(entries) - 1, index[:top]))
                 elif self.layers == 1:
                     index = scaled >> rule.shift
-                else:
-                    index = Signal.like(scaled, name=f"scaled_shifted{r}_{g}")
-                    m.d.sync += index.eq(Array(scaled >> r.shift for r in plan.score_rules)[layer])
+                    clamped = index if self.exp_spread else Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index))
+                elif self.exp_spread:
+                    clamped = Signal.like(scaled, name=f"scaled_shifted{r}_{g}")
+                    m.d.sync += clamped.eq(Array(scaled >> r.shift for r in plan.score_rules)[layer])
+                else:  # the clamp judged beside the shift's select (after the register, it was the critical path)
+                    clamped = shifted_clamp(m, scaled, [r.shift for r in plan.score_rules], layer, nlut, f"index{r}_{g}")
                 lut_index = Signal(range(len(entries)), name=f"lut_index{r}_{g}")
-                if self.exp_spread:
-                    m.d.comb += lut_index.eq(index)
-                elif plan.loaded:  # a power of two of entries: the clamp is logic on the bits
-                    top = (len(entries) - 1).bit_length()
-                    m.d.comb += lut_index.eq(Mux(index[-1], 0, Mux(index[top:].any(), len(entries) - 1, index[:top])))
-                else:
-                    m.d.comb += lut_index.eq(Mux(index < 0, 0, Mux(index > nlut - 1, nlut - 1, index)))
+                m.d.comb += lut_index.eq(clamped)
                 port = lut.read_port()  # one cycle of latency: lands with the V row
                 m.d.comb += port.addr.eq(lut_index)
                 # A row past pos weighs nothing: it adds to neither den nor num.

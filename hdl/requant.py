@@ -7,7 +7,7 @@ from plan.arithmetic import CONSTANT_FAN_IN, constant_requant_latency, signed_di
 from .fifo import SkidBuffer
 from .product import operand_terms, product_terms
 
-__all__ = ["Requant", "table_lookup", "at_most", "ConstantRequant"]
+__all__ = ["Requant", "table_lookup", "at_most", "shifted_clamp", "ConstantRequant"]
 
 
 class Requant(wiring.Component):
@@ -233,6 +233,23 @@ def at_most(value, constant):
         result = (~bit | result) if unsigned_constant >> at & 1 else (~bit & result)
     return result
 
+
+
+def shifted_clamp(m, value, shifts, select, count, name):
+    """``clamp(value >> shifts[select], 0, count − 1)`` from registers: the shifted value's low
+    bits and whether it is past either end, each judged on ``value``'s bits (:func:`at_most`)
+    beside the shift's select, so that only a select follows the registers."""
+    bits = max(1, (count - 1).bit_length())
+    signed_value = value.as_signed() if value.shape().signed else Cat(value, Const(0, 1)).as_signed()
+    low = Signal(bits, name=f"{name}_low")
+    below = Signal(name=f"{name}_below")
+    above = Signal(name=f"{name}_above")
+    m.d.sync += [
+        low.eq(Array((value >> shift)[:bits] for shift in shifts)[select]),
+        below.eq(signed_value[-1]),  # an arithmetic shift keeps the sign
+        above.eq(Array(~at_most(signed_value, (count << shift) - 1) for shift in shifts)[select]),
+    ]
+    return Mux(below, 0, Mux(above, count - 1, low))
 
 class ConstantRequant:
     """The rules of a chain applied to one value in LUT logic: each product by its constant

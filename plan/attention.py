@@ -180,8 +180,8 @@ def attention_plan(model, bounds, *, ways=1, rows=1):
         q_bound=union(*(b["q"] for b in layers)), score_bound=union(*(b["scores"] for b in layers)), gap_bound=gap,
         scaled_bound=scaled, weight_bound=layers[0]["weights"], den_bound=layers[0]["den"],
         num_bound=union(*(b["num"] for b in layers)), ctx_bound=ctx, gap_operand_bits=gap_operand_bits,
-        # A deep model's shift is its layer's, selected: the shifted index is registered, so that
-        # the select by the layer's register, the clamp and the table's read are not one path.
+        # A deep model's shift is its layer's, selected: the shifted index is registered, its
+        # clamp judged beside the select, so that only a select is left before the table's read.
         product_stages=1 if len(terms) <= 1 else 2, index_stages=1 if len(score_rules) > 1 else 0,
         exp_spread=exp_spread,
         exp_depth=max(tops) + 1 if exp_spread else nlut, nlut=nlut,

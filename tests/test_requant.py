@@ -383,6 +383,40 @@ def test_at_most_a_constant_as_logic():
     assert not wrong
 
 
+@pytest.mark.parametrize("signed_product", [True, False])
+@pytest.mark.parametrize("nlut", [1, 5, 8])
+def test_a_shifted_clamp_judged_beside_its_shift(signed_product, nlut):
+    """A deep model's exp table index, ``clamp(scaled >> shift, 0, nlut − 1)`` with its layer's
+    shift, from registers with its clamp already judged: every product of a few bits, every
+    layer's shift."""
+    from amaranth.hdl import Module, Signal, signed, unsigned
+    from amaranth.sim import Simulator
+    from hdl.requant import shifted_clamp
+    shifts = [0, 1, 3, 6]
+    scaled = Signal(signed(7) if signed_product else unsigned(6))
+    layer = Signal(range(len(shifts)))
+    m = Module()
+    index = Signal(8)
+    m.d.comb += index.eq(shifted_clamp(m, scaled, shifts, layer, nlut, "index"))
+    values = range(-64, 64) if signed_product else range(64)
+    wrong = []
+
+    async def bench(ctx):
+        for n, shift in enumerate(shifts):
+            for value in values:
+                ctx.set(scaled, value)
+                ctx.set(layer, n)
+                await ctx.tick()
+                if ctx.get(index) != min(max(value >> shift, 0), nlut - 1):
+                    wrong.append((n, value, ctx.get(index)))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not wrong
+
+
 def test_a_table_follows_only_a_rule_that_does_not_saturate():
     with pytest.raises(ValueError, match="rule 0 saturates"):
         requant_plan(Bound(0, 100), [Rule(1, 0)], followed_by=[Rule(3, 2)])
