@@ -170,14 +170,17 @@ class Engine(wiring.Component):
             word.matrix.eq(Matrix.WO if layers == 1 else
                            Array(Const(matrix_index(layer, Matrix.WO)) for layer in range(layers))[source.layer]),
             *(word.values[k].eq(source.values[k]) for k in range(ways))])
-        wiring.connect(m, context, into_lanes.i[0])
-        wiring.connect(m, qkv.xi, into_lanes.i[1])
         next_matrix = Array(Const(s.feeds or 0) for s in plan.all_stages)
         words = into_lanes.i[2]
-        if plan.feed_registered:  # wide lanes: their input is far from the epilogues (plan.plan)
+        if plan.feed_registered:  # wide lanes: their input is far from attention and the epilogues (plan.plan)
+            m.submodules.context_words = registered_context = RegisterSlice(feed_shape)
+            wiring.connect(m, context, registered_context.i)
+            context = registered_context.o
             m.submodules.epilogue_words = registered = RegisterSlice(feed_shape)
             wiring.connect(m, registered.o, into_lanes.i[2])
             words = registered.i
+        wiring.connect(m, context, into_lanes.i[0])
+        wiring.connect(m, qkv.xi, into_lanes.i[1])
         m.d.comb += [
             words.valid.eq(epilogues[0].o.valid & ~collected),
             words.payload.matrix.eq(next_matrix[select]),

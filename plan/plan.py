@@ -31,10 +31,11 @@ from .units import ArgMaxPlan, CachePlan, EmbeddingPlan, EpiloguePlan, QKVPlan, 
 __all__ = ["FitError", "ModelSummary", "MemoryPlan", "Plan", "make_plan", "make_loadable_plan", "choose_plan",
            "candidate_shapes", "REGISTERED_FEED_LANES"]
 
-# From this many lanes on, the epilogues' words reach the lanes' input through a register of
-# their own: so wide a lane array spreads its issue logic over the part, and the route from an
-# epilogue's output, through the decode of where its word goes, into the lanes' input limited
-# the deep demo's clock (docs/timing.md). A cycle more for each product the epilogues feed.
+# From this many lanes on, the epilogues' words and attention's context reach the lanes' input
+# through registers of their own: so wide a lane array spreads its issue logic over the part,
+# and the routes from an epilogue's output (through the decode of where its word goes) and from
+# the context's queue into the lanes' input limited the deep demo's clock (docs/timing.md). A
+# cycle more for each product they feed.
 REGISTERED_FEED_LANES = 64
 
 

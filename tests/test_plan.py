@@ -92,10 +92,11 @@ def test_a_part_too_small_is_refused_before_any_hardware():
     assert choose_plan(model, "85F").dsp_blocks <= PARTS["85F"].MULT18X18D
 
 
-def test_wide_lanes_take_the_epilogues_words_through_a_register():
-    """From ``REGISTERED_FEED_LANES`` lanes on, the plan puts a register between the epilogues'
-    output and the lanes' input (a wide lane array's input is far from them), and the engine
-    builds it there; narrower lanes take the words straight."""
+def test_wide_lanes_take_their_words_through_registers():
+    """From ``REGISTERED_FEED_LANES`` lanes on, the plan puts registers between the epilogues'
+    output and the lanes' input, and between attention's context and it (a wide lane array's
+    input is far from both), and the engine builds them there; narrower lanes take the words
+    straight."""
     from amaranth.hdl import Fragment
     from hdl.engine import Engine
     model = random_model(np.random.default_rng(6), 64, 4, 64, 16, 8)
@@ -104,7 +105,7 @@ def test_wide_lanes_take_the_epilogues_words_through_a_register():
         registered = lanes >= REGISTERED_FEED_LANES
         assert plan.feed_registered == registered
         units = {name for _, name, _ in Fragment.get(Engine(plan), None).subfragments}
-        assert "feed" in units and ("epilogue_words" in units) == registered
+        assert "feed" in units and ("epilogue_words" in units) == ("context_words" in units) == registered
 
 
 def test_contents_belong_to_their_model():
