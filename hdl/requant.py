@@ -234,7 +234,6 @@ def at_most(value, constant):
     return result
 
 
-
 def shifted_clamp(m, value, shifts, select, count, name):
     """``clamp(value >> shifts[select], 0, count − 1)`` from registers: the shifted value's low
     bits and whether it is past either end, each judged on ``value``'s bits (:func:`at_most`)
@@ -250,6 +249,7 @@ def shifted_clamp(m, value, shifts, select, count, name):
         above.eq(Array(~at_most(signed_value, (count << shift) - 1) for shift in shifts)[select]),
     ]
     return Mux(below, 0, Mux(above, count - 1, low))
+
 
 class ConstantRequant:
     """The rules of a chain applied to one value in LUT logic: each product by its constant
