@@ -50,15 +50,15 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 18`` cycles (one more for pos < rows) from taking the
-    query to the first ``ci`` (with the K and V rows ready), then one word per cycle.
+    Latency: ``2·ceil((pos + 1) / rows) + 16 + plan.sum_stages`` cycles (one more for pos < rows)
+    from taking the query to the first ``ci`` (with the K and V rows ready), then a word a cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
     """
 
     # issue (the row address already holds it) → K row → its register → operands → products
-    # → pair sums → head sums, written
-    SCORE_LATENCY = 6
+    # → pair sums (→ sums of four, plan.sum_stages) → head sums, written
+    SCORE_LATENCY = 4
     # issue → score read → gap → gap operand → × M_score (two cycles when cut) → index into the
     # LUT's read, V read (a cycle earlier, through its register) → operands → products
     # → column sums → num
@@ -195,28 +195,30 @@ class Attention(wiring.Component):
                 score_data[r].append(read.data)
         peak = Signal(score_layout)
 
-        s_valid = Signal(self.SCORE_LATENCY)
-        s_group = [Signal(range(self.groups), name=f"s_group{i}") for i in range(self.SCORE_LATENCY)]
-        s_rows = [Signal(rows, name=f"s_rows{i}") for i in range(self.SCORE_LATENCY)]
+        score_latency = self.SCORE_LATENCY + plan.sum_stages
+        s_valid = Signal(score_latency)
+        s_group = [Signal(range(self.groups), name=f"s_group{i}") for i in range(score_latency)]
+        s_rows = [Signal(rows, name=f"s_rows{i}") for i in range(score_latency)]
         # The last scores are still on their way while the weight phase starts (see SCORE_DRAIN).
         m.d.sync += [s_valid.eq((s_valid << 1) | (issuing & scoring))]
         m.d.sync += [s_group[0].eq(group), s_rows[0].eq(in_range)]
         for early, later in zip(s_group + s_rows, s_group[1:] + [None] + s_rows[1:]):
             if later is not None:
                 m.d.sync += later.eq(early)
-        # A head's sum in two stages: its terms added two by two into registers (a LUT
-        # product's two halves, or two columns' DSP products), then those: a LUT bank's
-        # sixteen terms a head at once would be five levels of logic and a carry chain. Every
-        # sum is kept to the score's width: any carry out of it cancels in the head's sum,
-        # which fits.
+        # A head's sum in stages: its terms added two by two into registers (a LUT product's
+        # two halves, or two columns' DSP products), where the plan says so those four by four,
+        # then those: a LUT bank's sixteen terms a head at once would be five levels of logic
+        # and a carry chain. Every sum is kept to the score's width: any carry out of it
+        # cancels in the head's sum, which fits.
         head_sums = [Signal(score_layout, name=f"head_sums{r}") for r in range(rows)]
         for r in range(rows):
             for g in range(heads):
-                terms = [t for e in range(g * hd, (g + 1) * hd) for t in products[r][e]]
-                pair_sums = [Signal(signed(self.score_bits), name=f"pair_sum{r}_{g}_{i // 2}")
-                             for i in range(0, len(terms), 2)]
-                m.d.sync += [pair.eq(tree_sum(terms[2 * i:2 * i + 2])) for i, pair in enumerate(pair_sums)]
-                m.d.sync += head_sums[r][g].eq(tree_sum(pair_sums))
+                sums = [t for e in range(g * hd, (g + 1) * hd) for t in products[r][e]]
+                for kind, width in [("pair", 2), ("quad", 4)][:plan.sum_stages - 1]:
+                    terms, sums = sums, [Signal(signed(self.score_bits), name=f"{kind}_sum{r}_{g}_{i // width}")
+                                         for i in range(0, len(sums), width)]
+                    m.d.sync += [total.eq(tree_sum(terms[width * i:width * (i + 1)])) for i, total in enumerate(sums)]
+                m.d.sync += head_sums[r][g].eq(tree_sum(sums))
             m.d.comb += [
                 *(write.addr.eq(s_group[-1]) for write in score_writes[r]),
                 *(write.data.eq(head_sums[r][g]) for g, write in enumerate(score_writes[r])),
@@ -476,7 +478,7 @@ class Attention(wiring.Component):
                 # from the maximum a cycle later: it may start as the last score reaches the
                 # last stage (its group's maximum a cycle later, the running one a cycle after
                 # that), so that the maximum is complete in time for row 0.
-                with m.If(s_valid[:self.SCORE_LATENCY - 1] == 0):
+                with m.If(s_valid[:score_latency - 1] == 0):
                     m.d.comb += next_group.eq(0)
                     set_scoring(0)
                     m.next = "WEIGHT"

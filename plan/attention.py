@@ -10,7 +10,7 @@ from .arithmetic import LoadedRule, Rule, constant_product_terms, multiplier_bit
 from .requant import DividerPlan, divider_plan, union
 from .units import CachePlan
 
-__all__ = ["AttentionPlan", "attention_plan", "loaded_attention_plan", "exp_entries"]
+__all__ = ["AttentionPlan", "attention_plan", "loaded_attention_plan", "score_sum_stages", "exp_entries"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class AttentionPlan:
     gives, so that no clamp lies between the product and the table). ``ctx_requant``: some
     layer's ``r_ctx`` changes the context, and the divider applies it. ``loaded``: a loadable
     build's, its rules from registers, the exp table and each layer's table of ``r_ctx``'s
-    results (:attr:`ctx_table_depth`) written by the load."""
+    results (:attr:`ctx_table_depth`) written by the load. ``sum_stages``: registers from a
+    score's products to its head's sum (:func:`score_sum_stages`)."""
     d_model: int
     n_heads: int
     seq_len: int
@@ -52,6 +53,7 @@ class AttentionPlan:
     divider: DividerPlan
     index_stages: int = 0
     loaded: bool = False
+    sum_stages: int = 2
 
     SCORES_IN_LUTS = 32  # groups: the deepest score memories kept in LUT RAM
     # Entries up to which the exp table is a ROM in logic (a few LUT4s a bit); deeper, a block RAM.
@@ -59,6 +61,10 @@ class AttentionPlan:
     # The most entries the exp table is spread over (a DP16KD's depth at 16 bits), past its own:
     # an extreme M_score maps the few clamped gaps onto millions of indices.
     SPREAD_ENTRIES = 1024
+    # From this many multipliers on, a head's pair sums come from across the part: their route
+    # into the head's sum limited the deep demo's clock (docs/timing.md), and a stage of sums of
+    # four between them splits it, for a cycle more a score pass.
+    SPREAD_MULTIPLIERS = 128
 
     @property
     def gap_stages(self):
@@ -183,7 +189,7 @@ def attention_plan(model, bounds, *, ways=1, rows=1):
         # A deep model's shift is its layer's, selected: the shifted index is registered, its
         # clamp judged beside the select, so that only a select is left before the table's read.
         product_stages=1 if len(terms) <= 1 else 2, index_stages=1 if len(score_rules) > 1 else 0,
-        exp_spread=exp_spread,
+        exp_spread=exp_spread, sum_stages=score_sum_stages(model.d_model, rows),
         exp_depth=max(tops) + 1 if exp_spread else nlut, nlut=nlut,
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx,
                              rules=ctx_rules if ctx_requant else None))
@@ -212,8 +218,15 @@ def loaded_attention_plan(limits, bounds, *, ways=1, rows=1):
         # Two stages for the shift, which is not a constant: the product held before it, the
         # shifted index after it.
         ctx_bound=ctx, gap_operand_bits=gap_operand_bits, product_stages=1 if len(terms) <= 1 else 2,
-        index_stages=2, exp_spread=False, exp_depth=depth, nlut=depth,
+        index_stages=2, exp_spread=False, exp_depth=depth, nlut=depth, sum_stages=score_sum_stages(limits.d_model, rows),
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx), loaded=True)
+
+
+def score_sum_stages(d_model, rows):
+    """Registers from a score's products to its head's sum, for ``d_model`` multipliers a row of
+    ``rows``: their pair sums, then the head's; where they spread over the part, sums of four
+    pair sums between."""
+    return 3 if d_model * rows >= AttentionPlan.SPREAD_MULTIPLIERS else 2
 
 
 def exp_entries(plan, exp_lut):

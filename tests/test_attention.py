@@ -24,9 +24,10 @@ def test_random_models(shape):
 
 
 @pytest.mark.parametrize("shape, rows", [((8, 1, 8, 8, 8), 2), ((32, 4, 32, 32, 32), 2), ((24, 3, 8, 8, 5), 2),
-                                         ((16, 4, 16, 16, 12), 4)])
+                                         ((16, 4, 16, 16, 12), 4), ((64, 4, 16, 16, 9), 2)])
 def test_rows_a_cycle(shape, rows):
-    """Groups of rows from a banked cache, the last group part past pos."""
+    """Groups of rows from a banked cache, the last group part past pos; the widest (128
+    multipliers) with its head sums in three stages."""
     rng = np.random.default_rng(sum(shape) + 10 * rows)
     run("attention_rows{}_{}_{}_{}_{}_{}".format(rows, *shape), random_model(rng, *shape), seed=rows,
         rows=rows, ways=2)
@@ -131,19 +132,29 @@ def test_gaps_saturate_where_the_index_stops_changing(multiplier, shift, nlut, m
 
 
 RANDOM = random_model(np.random.default_rng(1), 32, 4, 32, 32, 32)
+WIDE = random_model(np.random.default_rng(2), 64, 4, 16, 16, 8)
+
+
+def test_head_sums_in_three_stages_where_attention_spreads():
+    """A head's pair sums are summed four by four first from 128 multipliers on (the deep
+    demo's 64 columns × 2 rows), not in the shipped build's (32 × 2)."""
+    assert attention_plan(SHIPPED, analyse(SHIPPED), ways=4, rows=2).sum_stages == 2
+    assert attention_plan(WIDE, analyse(WIDE), ways=2, rows=1).sum_stages == 2
+    assert attention_plan(WIDE, analyse(WIDE), ways=2, rows=2).sum_stages == 3
 
 
 @pytest.mark.parametrize("rows, pos", [(2, 0), (2, 1), (2, 6), (1, 3)])
-@pytest.mark.parametrize("model", [SHIPPED, RANDOM], ids=["shipped", "random"])
+@pytest.mark.parametrize("model", [SHIPPED, RANDOM, WIDE], ids=["shipped", "random", "wide"])
 def test_latency(model, rows, pos):
     """From taking the query to the first word of the context, with rows 0..pos cached and
-    ready: ``2·ceil((pos + 1) / rows) + 18`` cycles, one more for pos < rows (as the unit's
-    docstring states), whether r_ctx changes the context (the random model's) or not (the
-    shipped model's (1, 0)): the dividers' last stage applies it."""
+    ready: ``2·ceil((pos + 1) / rows) + 16 + sum_stages`` cycles, one more for pos < rows (as
+    the unit's docstring states), whether r_ctx changes the context (the random models') or
+    not (the shipped model's (1, 0)): the dividers' last stage applies it. The wide model's
+    head sums take three stages at 2 rows."""
     from sim.latency import outputs_after
 
     unit = AttentionWithCache(model, ways=4, rows=rows)
-    assert unit.plan.ctx_requant == (model is RANDOM)
+    assert unit.plan.ctx_requant == (model is not SHIPPED)
     rng = np.random.default_rng(pos)
 
     async def offer(ctx):
@@ -164,4 +175,4 @@ def test_latency(model, rows, pos):
         ctx.set(unit.i.valid, 0)
 
     seen = outputs_after(unit, offer, None, 60)
-    assert seen[:1] == [2 * -(-(pos + 1) // rows) + 18 + (pos < rows)]
+    assert seen[:1] == [2 * -(-(pos + 1) // rows) + 16 + unit.plan.sum_stages + (pos < rows)]
