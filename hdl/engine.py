@@ -73,8 +73,10 @@ class Engine(wiring.Component):
         self.argmax = ArgMax(plan.argmax)
         # A whole vector fits in the lanes' input queue: while the lanes still replay one
         # matrix's groups, the first results already flow into the next matrix's input.
-        # A word that finds the queue empty and the lanes ready goes straight in.
-        self.feed = StreamFIFO(self.matvec.i.payload.shape(), plan.feed_depth, fall_through=True)
+        # A word that finds the queue empty and the lanes ready goes straight in. Wide lanes
+        # decide their issue on a head from a register (plan.plan.REGISTERED_FEED_LANES).
+        self.feed = StreamFIFO(self.matvec.i.payload.shape(), plan.feed_depth, fall_through=True,
+                               registered_head=plan.feed_registered)
         self.embedding = Embedding(plan.embedding, plan.epilogue.scratch, contents and contents.token_embedding,
                                    contents and contents.position_embedding, loadable=plan.loadable)
         collected = self.epilogues[0].o.payload.shape()

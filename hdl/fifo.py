@@ -81,11 +81,14 @@ class StreamFIFO(wiring.Component):
     Latency 1 cycle (the head is read from LUT RAM without a register), throughput one item per
     cycle. With ``fall_through``, an item that arrives at an empty queue whose consumer is ready
     passes straight through, in the same cycle; the input's readiness still depends only on the
-    queue.
+    queue. With ``registered_head``, the head leaves from a register, at the same latency: the
+    item after it is read ahead (or taken from the input, where that is the one written), so
+    that the consumer's decisions on the head do not start with a LUT RAM's read.
     """
 
-    def __init__(self, shape, depth, *, fall_through=False):
+    def __init__(self, shape, depth, *, fall_through=False, registered_head=False):
         self.shape, self.depth, self.fall_through = shape, depth, fall_through
+        self.registered_head = registered_head
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)),
                           "level": Out(range(depth + 1))})
 
@@ -105,18 +108,27 @@ class StreamFIFO(wiring.Component):
             m.d.comb += passing.eq(~nonempty)
         writing = self.i.valid & ~(passing & self.o.ready) & room
         reading = self.o.ready & ~passing & nonempty
-        m.d.comb += [
-            write.addr.eq(produce), write.data.eq(self.i.payload), write.en.eq(writing),
-            read.addr.eq(consume),
-            self.i.ready.eq(room),
-            self.o.payload.eq(Mux(passing, self.i.payload, read.data)),
-            self.o.valid.eq(Mux(passing, self.i.valid, nonempty)),
-        ]
 
         def following(pointer):
             if self.depth == 1 << len(pointer):
                 return pointer + 1
             return Mux(pointer == self.depth - 1, 0, pointer + 1)
+        head = read.data
+        if self.registered_head:
+            # The item at `consume`, in a register: read ahead as the head leaves (the input
+            # itself where it is written behind a last item), or written into an empty queue.
+            head = Signal(self.shape)
+            with m.If(reading):
+                m.d.sync += head.eq(Mux(level == 1, self.i.payload, read.data))
+            with m.Elif(~nonempty):
+                m.d.sync += head.eq(self.i.payload)
+        m.d.comb += [
+            write.addr.eq(produce), write.data.eq(self.i.payload), write.en.eq(writing),
+            read.addr.eq(following(consume) if self.registered_head else consume),
+            self.i.ready.eq(room),
+            self.o.payload.eq(Mux(passing, self.i.payload, head)),
+            self.o.valid.eq(Mux(passing, self.i.valid, nonempty)),
+        ]
         with m.If(writing):
             m.d.sync += produce.eq(following(produce))
         with m.If(reading):

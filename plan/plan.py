@@ -35,7 +35,8 @@ __all__ = ["FitError", "ModelSummary", "MemoryPlan", "Plan", "make_plan", "make_
 # through registers of their own: so wide a lane array spreads its issue logic over the part,
 # and the routes from an epilogue's output (through the decode of where its word goes) and from
 # the context's queue into the lanes' input limited the deep demo's clock (docs/timing.md). A
-# cycle more for each product they feed.
+# cycle more for each product they feed. The lanes' input queue's head leaves from a register
+# too (read ahead: no cycle more), so that their issue does not start with its LUT RAM's read.
 REGISTERED_FEED_LANES = 64
 
 

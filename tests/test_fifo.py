@@ -41,8 +41,10 @@ def run(unit, count=300, seed=1, send=0.7, take=0.6):
 
 
 @pytest.mark.parametrize("unit", [lambda: StreamFIFO(8, 4), lambda: StreamFIFO(8, 4, fall_through=True),
+                                  lambda: StreamFIFO(8, 4, registered_head=True),
+                                  lambda: StreamFIFO(8, 5, fall_through=True, registered_head=True),
                                   lambda: SkidBuffer(8), lambda: RegisterSlice(8)],
-                         ids=["fifo", "fall_through", "skid", "slice"])
+                         ids=["fifo", "fall_through", "registered_head", "both", "skid", "slice"])
 @pytest.mark.parametrize("send, take", [(0.7, 0.6), (1.0, 1.0), (0.3, 0.9), (0.9, 0.2)])
 def test_every_item_in_order(unit, send, take):
     run(unit(), send=send, take=take)
@@ -52,3 +54,12 @@ def test_fall_through_takes_no_cycle_when_empty():
     """An item offered to an empty queue with its consumer ready leaves in the same cycle."""
     assert set(run(StreamFIFO(8, 4, fall_through=True), send=0.3, take=1.0)) == {0}
     assert set(run(StreamFIFO(8, 4), send=0.3, take=1.0)) == {1}
+
+
+@pytest.mark.parametrize("fall_through", [False, True])
+@pytest.mark.parametrize("send, take", [(0.7, 0.6), (1.0, 1.0), (0.3, 0.9), (0.9, 0.2)])
+def test_a_registered_head_takes_no_cycle_more(fall_through, send, take):
+    """Under the same offers and stalls, every item waits as long as in the queue whose head is
+    read from LUT RAM."""
+    plain = run(StreamFIFO(8, 4, fall_through=fall_through), send=send, take=take)
+    assert run(StreamFIFO(8, 4, fall_through=fall_through, registered_head=True), send=send, take=take) == plain

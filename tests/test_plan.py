@@ -95,8 +95,8 @@ def test_a_part_too_small_is_refused_before_any_hardware():
 def test_wide_lanes_take_their_words_through_registers():
     """From ``REGISTERED_FEED_LANES`` lanes on, the plan puts registers between the epilogues'
     output and the lanes' input, and between attention's context and it (a wide lane array's
-    input is far from both), and the engine builds them there; narrower lanes take the words
-    straight."""
+    input is far from both), and the engine builds them there, with the lanes' input queue's
+    head in a register; narrower lanes take the words straight."""
     from amaranth.hdl import Fragment
     from hdl.engine import Engine
     model = random_model(np.random.default_rng(6), 64, 4, 64, 16, 8)
@@ -104,8 +104,10 @@ def test_wide_lanes_take_their_words_through_registers():
         plan = make_plan(model, Shape(lanes, 2))
         registered = lanes >= REGISTERED_FEED_LANES
         assert plan.feed_registered == registered
-        units = {name for _, name, _ in Fragment.get(Engine(plan), None).subfragments}
+        engine = Engine(plan)
+        units = {name for _, name, _ in Fragment.get(engine, None).subfragments}
         assert "feed" in units and ("epilogue_words" in units) == ("context_words" in units) == registered
+        assert engine.feed.registered_head == registered
 
 
 def test_contents_belong_to_their_model():
