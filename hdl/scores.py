@@ -1,0 +1,35 @@
+"""Attention's score memories: where a score pass leaves its scores for the weight pass."""
+
+from amaranth.hdl import Signal, signed
+from amaranth.lib import memory
+
+from .fanout import replicas
+
+__all__ = ["score_memory"]
+
+
+def score_memory(m, plan, group, bank, head):
+    """A memory of one ``bank``'s and ``head``'s scores, a score a group of rows (``plan``: an
+    :class:`plan.attention.AttentionPlan`): its write port, and the score of ``group`` as read
+    ``1 + plan.score_read_stages`` cycles later.
+
+    The read is transparent: the weight pass may read group 0 in the cycle its score is written.
+    Where the memory is shallow, it is LUT RAM read as it is, from an address register of its
+    own placed beside it: the same read, without a far shared address at the start of the gap's
+    path. Deeper, it is block RAM, whose slow output is held in a register before the gap.
+    """
+    store = memory.Memory(shape=signed(plan.score_bits), depth=plan.groups, init=[],
+                          attrs={"ram_style": "distributed" if plan.shallow_scores else "block"})
+    m.submodules[f"scores{bank}_{head}"] = store
+    write = store.write_port()
+    if plan.shallow_scores:
+        address = replicas(range(plan.groups), 1, f"score_address{bank}_{head}")[0]
+        m.d.sync += address.eq(group)
+        read = store.read_port(domain="comb")
+        m.d.comb += read.addr.eq(address)
+        return write, read.data
+    read = store.read_port(transparent_for=(write,))
+    m.d.comb += read.addr.eq(group)
+    held = Signal.like(read.data, name=f"score_held{bank}_{head}")
+    m.d.sync += held.eq(read.data)
+    return write, held
