@@ -51,7 +51,8 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 16 + plan.sum_stages`` cycles (one more for pos < rows)
+    Latency: ``2·ceil((pos + 1) / rows) + 16 + plan.sum_stages`` cycles (for pos < rows, one
+    more, and another where the scores' read is held, ``plan.score_read_stages``)
     from taking the query to the first ``ci`` (with the K and V rows ready), then a word a cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
@@ -463,8 +464,13 @@ class Attention(wiring.Component):
                 # from the maximum a cycle later (or two, the read held): it may start as the
                 # last score reaches the last stage (or the one before), as its group's maximum
                 # follows a cycle later and the running one a cycle after that, so that the
-                # maximum is complete in time for row 0. A held read then costs no cycle.
-                with m.If(s_valid[:score_latency - 1 - plan.score_read_stages] == 0):
+                # maximum is complete in time for row 0. A held read then costs no cycle, but
+                # where the last group written is group 0: its block RAM's read would see its
+                # score only a cycle later.
+                drained = s_valid[:score_latency - 1] == 0
+                if plan.score_read_stages:
+                    drained = Mux(last_group == 0, drained, s_valid[:score_latency - 2] == 0)
+                with m.If(drained):
                     m.d.comb += next_group.eq(0)
                     set_scoring(0)
                     m.next = "WEIGHT"

@@ -13,10 +13,13 @@ def score_memory(m, plan, group, bank, head):
     :class:`plan.attention.AttentionPlan`): its write port, and the score of ``group`` as read
     ``1 + plan.score_read_stages`` cycles later.
 
-    The read is transparent: the weight pass may read group 0 in the cycle its score is written.
     Where the memory is shallow, it is LUT RAM read as it is, from an address register of its
-    own placed beside it: the same read, without a far shared address at the start of the gap's
-    path. Deeper, it is block RAM, whose slow output is held in a register before the gap.
+    own placed beside it (the same read, without a far shared address at the start of the gap's
+    path), a cycle after the weight pass issues a group: it sees a score written in the cycle
+    of the issue, as group 0's may be. Deeper, it is block RAM, whose slow output is held in a register
+    before the gap; its read is not transparent (Yosys's bypass of a block RAM's read was the
+    deep demo's critical path), and the weight pass never reads a group in the cycle it is
+    written.
     """
     store = memory.Memory(shape=signed(plan.score_bits), depth=plan.groups, init=[],
                           attrs={"ram_style": "distributed" if plan.shallow_scores else "block"})
@@ -28,7 +31,7 @@ def score_memory(m, plan, group, bank, head):
         read = store.read_port(domain="comb")
         m.d.comb += read.addr.eq(address)
         return write, read.data
-    read = store.read_port(transparent_for=(write,))
+    read = store.read_port()
     m.d.comb += read.addr.eq(group)
     held = Signal.like(read.data, name=f"score_held{bank}_{head}")
     m.d.sync += held.eq(read.data)

@@ -36,7 +36,9 @@ def cases(model, bounds, rng, count):
     kinds = ["equal", "extreme", "negative", "random"]
     out = []
     for i in range(count):
-        pos = 0 if i % 7 == 0 else rng.randrange(model.seq_len)
+        # Every seventh, a position of the first group (0, 1, 2, 3 in turn): with one row, any
+        # weight gives its V row; from two on, the weights tell.
+        pos = min((i // 7) % 4, model.seq_len - 1) if i % 7 == 0 else rng.randrange(model.seq_len)
         kind = kinds[i % len(kinds)] if i < 12 else "random"
         q = rows(rng, bounds["q"], 1, model.d_model, "extreme" if kind == "extreme" else "random")[0]
         keys = rows(rng, bounds["k"], pos + 1, model.d_model, kind)
