@@ -114,12 +114,6 @@ class AttentionPlan:
         return self.groups <= self.SCORES_IN_LUTS
 
     @property
-    def score_read_stages(self):
-        """Registers between a score's read and the gap's subtraction: a block RAM's slow output
-        is held first (the deep demo's critical path began there, docs/timing.md)."""
-        return 0 if self.shallow_scores else 1
-
-    @property
     def exp_style(self):
         if self.loaded:  # written by the load: a RAM
             return "distributed" if self.exp_depth <= self.EXP_TABLE_IN_LOGIC else "block"
