@@ -10,6 +10,7 @@ from .kv_cache import CacheRead
 from .loader import connect_load, load_port
 from .product import dsp_product, lut_product, operand_terms, split_product, tree_sum
 from .requant import shifted_clamp
+from .scores import score_memory
 
 __all__ = ["Attention"]
 
@@ -50,7 +51,8 @@ class Attention(wiring.Component):
         ``ci`` in column order (at most int8 wide), ``ways`` columns a word, the first ``count``
         of them the vector's; ``last`` marks the last word.
 
-    Latency: ``2·ceil((pos + 1) / rows) + 16 + plan.sum_stages`` cycles (one more for pos < rows)
+    Latency: ``2·ceil((pos + 1) / rows) + 16 + plan.sum_stages`` cycles (for pos < rows, one
+    more, and another where the scores' read is held, ``plan.score_read_stages``)
     from taking the query to the first ``ci`` (with the K and V rows ready), then a word a cycle.
     Multipliers: ``d_model`` per row of a group, shared by the two row phases (the first row's
     DSP blocks, the others' LUT logic), plus ``n_heads`` per row for ``M_score``.
@@ -59,9 +61,9 @@ class Attention(wiring.Component):
     # issue (the row address already holds it) → K row → its register → operands → products
     # → pair sums (→ sums of four, plan.sum_stages) → head sums, written
     SCORE_LATENCY = 4
-    # issue → score read → gap → gap operand → × M_score (two cycles when cut) → index into the
-    # LUT's read, V read (a cycle earlier, through its register) → operands → products
-    # → column sums → num
+    # issue → score read (→ its register, plan.score_read_stages) → gap → gap operand → × M_score
+    # (two cycles when cut) → index into the LUT's read, V read (a cycle earlier, through its
+    # register) → operands → products → column sums → num
     WEIGHT_LATENCY = 7
     SELECT_COLUMNS = 4   # columns of multipliers per copy of the phase register
 
@@ -169,30 +171,13 @@ class Attention(wiring.Component):
 
         # -- Phase 1: scores, a group of rows a cycle: each bank's in its own score memory.
         score_layout = data.ArrayLayout(signed(self.score_bits), heads)
-        # A memory per bank and head. Its read has one cycle of latency, and is transparent, as
-        # the weight phase may read group 0 in the cycle its scores are written (see SCORE_DRAIN).
-        # Where it is shallow, it is LUT RAM read as it is, from an address register of its own
-        # placed beside it: the same read, without a far shared address (or a block RAM's slow
-        # output) at the start of the gap's path.
-        shallow = plan.shallow_scores
         score_writes = [[] for _ in range(rows)]
         score_data = [[] for _ in range(rows)]
         for r in range(rows):
             for g in range(heads):
-                store = memory.Memory(shape=signed(self.score_bits), depth=self.groups, init=[],
-                                      attrs={"ram_style": "distributed" if shallow else "block"})
-                m.submodules[f"scores{r}_{g}"] = store
-                write = store.write_port()
-                if shallow:
-                    address = replicas(range(self.groups), 1, f"score_address{r}_{g}")[0]
-                    m.d.sync += address.eq(group)
-                    read = store.read_port(domain="comb")
-                    m.d.comb += read.addr.eq(address)
-                else:
-                    read = store.read_port(transparent_for=(write,))
-                    m.d.comb += read.addr.eq(group)
+                write, read = score_memory(m, plan, group, r, g)
                 score_writes[r].append(write)
-                score_data[r].append(read.data)
+                score_data[r].append(read)
         peak = Signal(score_layout)
 
         score_latency = self.SCORE_LATENCY + plan.sum_stages
@@ -247,7 +232,7 @@ class Attention(wiring.Component):
                     m.d.sync += peak[g].eq(group_best[g])
 
         # -- Phase 2: weights, den, num, a group of rows a cycle again.
-        weight_latency = self.WEIGHT_LATENCY + self.gap_stages
+        weight_latency = self.WEIGHT_LATENCY + plan.score_read_stages + self.gap_stages
         w_valid = Signal(weight_latency)
         w_group = [Signal(range(self.groups), name=f"w_group{i}") for i in range(weight_latency)]
         w_rows = [Signal(rows, name=f"w_rows{i}") for i in range(weight_latency)]
@@ -257,9 +242,10 @@ class Attention(wiring.Component):
             if later is not None:
                 m.d.sync += later.eq(early)
         # The stage in which the exp table's entries (and the V rows) arrive: after the score
-        # read, the gap, the gap operand, the product (two cycles when cut) and, where registered,
-        # the shifted index (plan.index_stages), whose index the LUT's read port registers.
-        lut_stage = 3 + self.gap_stages
+        # read (and its register), the gap, the gap operand, the product (two cycles when cut)
+        # and, where registered, the shifted index (plan.index_stages), whose index the LUT's
+        # read port registers.
+        lut_stage = 3 + plan.score_read_stages + self.gap_stages
 
         # The LUT index is clamp(rq(gap, M_score), 0, NLUT − 1). For a positive M_score it is
         # never negative, and the clamped gap bounds it (see exp_entries).
@@ -338,9 +324,16 @@ class Attention(wiring.Component):
 
         den = Signal(data.ArrayLayout(signed(plan.den_bound.bits), heads))
         num = Signal(data.ArrayLayout(signed(plan.num_bound.bits), d))
-        with m.If(~scoring & w_valid[lut_stage]):
+        # Where attention spreads, the dens' enable and first-group select come from registers
+        # set a stage early (the same values: w_valid clears while scoring), not from the group
+        # pipeline across the part (the deep demo's critical path, docs/timing.md).
+        den_add, den_first = w_valid[lut_stage], w_group[lut_stage] == 0
+        if plan.spread:
+            den_add, den_first = Signal(name="den_add"), Signal(name="den_first")
+            m.d.sync += [den_add.eq(~scoring & w_valid[lut_stage - 1]), den_first.eq(w_group[lut_stage - 1] == 0)]
+        with m.If(~scoring & den_add):
             for g in range(heads):
-                m.d.sync += den[g].eq(tree_sum([Mux(w_group[lut_stage] == 0, 0, den[g])]
+                m.d.sync += den[g].eq(tree_sum([Mux(den_first, 0, den[g])]
                                                + [weights[r][g] for r in range(rows)]))
         # A column's products (all its banks', and a LUT product's two halves) are summed into
         # a register of their own, beside the multipliers, before they are added to the
@@ -475,10 +468,16 @@ class Attention(wiring.Component):
                             m.next = f"{phase}_DRAIN"
             with m.State("SCORE_DRAIN"):
                 # The weight phase reads a row's score as it issues it, and works out its gap
-                # from the maximum a cycle later: it may start as the last score reaches the
-                # last stage (its group's maximum a cycle later, the running one a cycle after
-                # that), so that the maximum is complete in time for row 0.
-                with m.If(s_valid[:score_latency - 1] == 0):
+                # from the maximum a cycle later (or two, the read held): it may start as the
+                # last score reaches the last stage (or the one before), as its group's maximum
+                # follows a cycle later and the running one a cycle after that, so that the
+                # maximum is complete in time for row 0. A held read then costs no cycle, but
+                # where the last group written is group 0: its block RAM's read would see its
+                # score only a cycle later.
+                drained = s_valid[:score_latency - 1] == 0
+                if plan.score_read_stages:
+                    drained = Mux(last_group == 0, drained, s_valid[:score_latency - 2] == 0)
+                with m.If(drained):
                     m.d.comb += next_group.eq(0)
                     set_scoring(0)
                     m.next = "WEIGHT"

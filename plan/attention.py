@@ -10,7 +10,7 @@ from .arithmetic import LoadedRule, Rule, constant_product_terms, multiplier_bit
 from .requant import DividerPlan, divider_plan, union
 from .units import CachePlan
 
-__all__ = ["AttentionPlan", "attention_plan", "loaded_attention_plan", "score_sum_stages", "exp_entries"]
+__all__ = ["AttentionPlan", "attention_plan", "loaded_attention_plan", "score_sum_stages", "spreads", "exp_entries"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,12 @@ class AttentionPlan:
     SPREAD_MULTIPLIERS = 128
 
     @property
+    def spread(self):
+        """Attention's multipliers spread over the part (:func:`spreads`): its sums and the
+        selects that reach all of them take a register more."""
+        return spreads(self.d_model, self.rows)
+
+    @property
     def gap_stages(self):
         """Cycles from the clamped gap to the exp table's index."""
         return self.product_stages + self.index_stages
@@ -112,6 +118,12 @@ class AttentionPlan:
     @property
     def shallow_scores(self):
         return self.groups <= self.SCORES_IN_LUTS
+
+    @property
+    def score_read_stages(self):
+        """Registers between a score's read and the gap's subtraction: a block RAM's slow output
+        is held first (the deep demo's critical path began there, docs/timing.md)."""
+        return 0 if self.shallow_scores else 1
 
     @property
     def exp_style(self):
@@ -222,11 +234,16 @@ def loaded_attention_plan(limits, bounds, *, ways=1, rows=1):
         divider=divider_plan(union(*(b["num"] for b in layers)), layers[0]["den"], ctx), loaded=True)
 
 
+def spreads(d_model, rows):
+    """Whether attention's ``d_model`` multipliers a row of ``rows`` spread over the part."""
+    return d_model * rows >= AttentionPlan.SPREAD_MULTIPLIERS
+
+
 def score_sum_stages(d_model, rows):
     """Registers from a score's products to its head's sum, for ``d_model`` multipliers a row of
     ``rows``: their pair sums, then the head's; where they spread over the part, sums of four
     pair sums between."""
-    return 3 if d_model * rows >= AttentionPlan.SPREAD_MULTIPLIERS else 2
+    return 3 if spreads(d_model, rows) else 2
 
 
 def exp_entries(plan, exp_lut):
