@@ -10,7 +10,7 @@ from .arithmetic import LoadedRule, Rule, constant_product_terms, multiplier_bit
 from .requant import DividerPlan, divider_plan, union
 from .units import CachePlan
 
-__all__ = ["AttentionPlan", "attention_plan", "loaded_attention_plan", "score_sum_stages", "spreads", "exp_entries"]
+__all__ = ["AttentionPlan", "attention_plan", "loaded_attention_plan", "score_sum_stages", "exp_entries"]
 
 
 @dataclass(frozen=True)

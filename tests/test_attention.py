@@ -155,8 +155,8 @@ def test_head_sums_in_three_stages_where_attention_spreads():
     demo's 64 columns × 2 rows), not in the shipped build's (32 × 2); there the dens' enable
     and select are registered too (``test_rows_a_cycle`` holds that build against the golden
     model, ``test_latency[wide-*]`` its cycles)."""
-    for model, rows, spread in [(SHIPPED, 2, False), (WIDE, 1, False), (WIDE, 2, True)]:
-        plan = attention_plan(model, analyse(model), ways=2, rows=rows)
+    for model, ways, rows, spread in [(SHIPPED, 4, 2, False), (WIDE, 2, 1, False), (WIDE, 2, 2, True)]:
+        plan = attention_plan(model, analyse(model), ways=ways, rows=rows)
         assert (plan.spread, plan.sum_stages) == (spread, 3 if spread else 2)
 
 
